@@ -1,0 +1,55 @@
+// The backend contract and the registry (ExpertsInterface): a backend answers name(), why_not(problem) and run().
+// Names are Hugging Face's: eager, batched_mm, grouped_mm, deepgemm, deepgemm_megamoe, sonicmoe, plus user ones.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "moex/experts.h"
+
+namespace moex {
+
+struct RunOptions {
+    int num_threads = 0;           // CPU: 0 = all hardware threads
+    void* cuda_stream = nullptr;   // CUDA: the caller's cudaStream_t (nullptr = default stream)
+};
+
+class Backend {
+   public:
+    virtual ~Backend() = default;
+    virtual std::string_view name() const = 0;
+    virtual std::string_view description() const = 0;
+    // Devices and activation dtypes the backend is written for (what `moex backends` prints).
+    virtual std::vector<Device> devices() const = 0;
+    virtual std::vector<DType> dtypes() const { return {DType::kBF16, DType::kF16, DType::kF32}; }
+    // Why this backend cannot run on `device` in this build and on this machine; nullopt = it can.
+    virtual std::optional<std::string> unavailable(Device device) const;
+    // Why this backend cannot run `problem`; nullopt = it can. Never throws for a valid problem.
+    virtual std::optional<std::string> why_not(const ExpertsProblem& problem) const;
+    // Whether run() may synchronise the host with the device (not CUDA-graph capturable).
+    virtual bool host_synchronizes(Device) const { return false; }
+    // Computes out (T, H). Validates the problem first; throws moex::Error on any violation.
+    virtual void run(const ExpertsProblem& problem, const TensorView& out, const RunOptions& options) const = 0;
+};
+
+class ExpertsInterface {
+   public:
+    static ExpertsInterface& global();  // the built-in backends plus whatever users register
+    void register_backend(std::shared_ptr<const Backend> backend);  // replaces a backend of the same name
+    // Throws Error(kNotFound) "`x` is not a valid experts implementation; valid: eager, batched_mm, ..."
+    const Backend& get(std::string_view name) const;
+    const Backend* find(std::string_view name) const;
+    std::vector<std::string> names() const;  // in registration order
+    std::string valid_names_text() const;    // "eager, batched_mm, ..."
+    // Runs `name` on the problem; errors if the backend cannot run it (with the reason).
+    void run(std::string_view name, const ExpertsProblem& problem, const TensorView& out,
+             const RunOptions& options = {}) const;
+
+   private:
+    std::vector<std::shared_ptr<const Backend>> backends_;
+};
+
+}  // namespace moex

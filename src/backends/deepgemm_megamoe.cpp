@@ -1,0 +1,32 @@
+// The `deepgemm_megamoe` backend: fused expert-parallel dispatch + gated MLP + combine across GPUs (CUDA only).
+// It needs an expert-parallel group over NCCL, which moex does not have yet: every run says so.
+#include "moex/error.h"
+#include "src/backends/builtin.h"
+
+namespace moex::backends {
+namespace {
+
+class DeepGemmMegaMoe final : public Backend {
+   public:
+    std::string_view name() const override { return "deepgemm_megamoe"; }
+    std::string_view description() const override {
+        return "One persistent kernel per rank: EP dispatch over NVLink, gated MLP, EP combine (load-time choice).";
+    }
+    std::vector<Device> devices() const override { return {Device::kCUDA}; }
+    std::vector<DType> dtypes() const override { return {DType::kBF16}; }
+    std::optional<std::string> unavailable(Device device) const override {
+        if (device != Device::kCUDA) return std::string("deepgemm_megamoe is not supported on CPU (CUDA only)");
+        if (auto why = cuda_unavailable()) return why;
+        return std::string("deepgemm_megamoe needs an expert-parallel process group (ep_size > 1), "
+                           "which this build of moex does not provide yet");
+    }
+    void run(const ExpertsProblem& p, const TensorView& out, const RunOptions&) const override {
+        check_runnable(*this, p, out);
+    }
+};
+
+}  // namespace
+
+std::shared_ptr<const Backend> make_deepgemm_megamoe() { return std::make_shared<DeepGemmMegaMoe>(); }
+
+}  // namespace moex::backends

@@ -1,0 +1,83 @@
+// ExpertsInterface: the registry. The built-in backends are listed here, one line each, and nowhere else.
+#include <algorithm>
+#include <mutex>
+
+#include "moex/backend.h"
+#include "moex/error.h"
+#include "src/backends/builtin.h"
+
+namespace moex {
+
+ExpertsInterface& ExpertsInterface::global() {
+    static ExpertsInterface* registry = [] {
+        auto* r = new ExpertsInterface();
+        r->register_backend(backends::make_eager());
+        r->register_backend(backends::make_batched_mm());
+        r->register_backend(backends::make_grouped_mm());
+        r->register_backend(backends::make_deepgemm());
+        r->register_backend(backends::make_deepgemm_megamoe());
+        r->register_backend(backends::make_sonicmoe());
+        return r;
+    }();
+    return *registry;
+}
+
+void ExpertsInterface::register_backend(std::shared_ptr<const Backend> backend) {
+    MOEX_REQUIRE(backend != nullptr, ErrorCode::kInvalidArgument, "register_backend: null backend");
+    MOEX_REQUIRE(!backend->name().empty(), ErrorCode::kInvalidArgument, "register_backend: empty backend name");
+    for (auto& b : backends_) {
+        if (b->name() == backend->name()) {
+            b = std::move(backend);
+            return;
+        }
+    }
+    backends_.push_back(std::move(backend));
+}
+
+const Backend* ExpertsInterface::find(std::string_view name) const {
+    for (const auto& b : backends_)
+        if (b->name() == name) return b.get();
+    return nullptr;
+}
+
+const Backend& ExpertsInterface::get(std::string_view name) const {
+    const Backend* b = find(name);
+    if (b == nullptr)
+        fail(ErrorCode::kNotFound, "`" + std::string(name) +
+                                       "` is not a valid experts implementation; valid names: " + valid_names_text());
+    return *b;
+}
+
+std::vector<std::string> ExpertsInterface::names() const {
+    std::vector<std::string> out;
+    for (const auto& b : backends_) out.emplace_back(b->name());
+    return out;
+}
+
+std::string ExpertsInterface::valid_names_text() const {
+    std::string s;
+    for (const auto& b : backends_) s += (s.empty() ? "" : ", ") + std::string(b->name());
+    return s;
+}
+
+void ExpertsInterface::run(std::string_view name, const ExpertsProblem& problem, const TensorView& out,
+                           const RunOptions& options) const {
+    get(name).run(problem, out, options);
+}
+
+std::optional<std::string> Backend::unavailable(Device device) const {
+    const auto devs = devices();
+    if (std::find(devs.begin(), devs.end(), device) == devs.end())
+        return std::string(name()) + " runs on " + (device == Device::kCPU ? "CUDA only" : "CPU only");
+    return std::nullopt;
+}
+
+std::optional<std::string> Backend::why_not(const ExpertsProblem& problem) const {
+    if (auto why = unavailable(problem.device())) return why;
+    const auto types = dtypes();
+    if (std::find(types.begin(), types.end(), problem.dtype()) == types.end())
+        return std::string(name()) + " does not support " + std::string(dtype_name(problem.dtype())) + " activations";
+    return std::nullopt;
+}
+
+}  // namespace moex
