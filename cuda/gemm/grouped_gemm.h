@@ -1,0 +1,51 @@
+// The grouped GEMM contract between the experts pipeline (cuda/experts/) and the GEMM kernels (cuda/gemm/).
+// Layout: rows of A are grouped by expert and each group starts at a multiple of kRowAlign ("padded contiguous").
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/launch.h"
+
+namespace moex::cuda {
+
+inline constexpr int kRowAlign = 128;  // every expert's row block starts at a multiple of this (one M tile)
+
+enum class Epilogue : int32_t {
+    kStore = 0,  // D = A·Bᵀ + bias
+    kGate = 1,   // D[:, c] = gate(acc + bias) over column pairs: N outputs of A·Bᵀ -> N/2 columns of D
+};
+
+// D[r, :] = epilogue(A[r, :] · B_e[:, :]ᵀ + bias_e) * (row_scale ? row_scale[r] : 1) for every row r of expert e.
+// All routing arrays live in device memory and are written by the routing kernels, so the launch needs no host sync
+// and can be captured in a CUDA graph. Element offsets are 64-bit (row * K can pass 2^31).
+struct GroupedGemmArgs {
+    const void* A;                   // (P, K) row-major, dtype; padding rows are zero
+    const void* B;                   // (E, N, K) K-major; b_n_major: (E, K, N)
+    void* D;                         // (P, N_out) row-major; N_out = N/2 for kGate, else N; d_f32: float32 else dtype
+    const void* bias;                // (E, N) dtype, or nullptr
+    const float* row_scale;          // (P,) or nullptr: multiplies each output row (the routing weight)
+    const int32_t* m_tile_expert;    // (max_m_tiles,) expert of each 128-row M tile, tiles in order
+    const int32_t* num_m_tiles;      // (1,) how many entries of m_tile_expert are used
+    const int32_t* expert_row_start; // (E + 1,) padded row start of each expert's block (multiple of kRowAlign)
+    const int32_t* expert_row_count; // (E,) real rows of each expert (rows past it up to the next block: padding)
+    int64_t P, N, K, E;
+    int64_t max_m_tiles;             // host upper bound: P / kRowAlign
+    ActDType dtype;
+    bool b_n_major;                  // B stored (E, K, N) (the "is_transposed" weight layout)
+    bool d_f32;
+    Epilogue epilogue;
+    // Gate epilogue (kGate): columns [gate | up] when concatenated, else interleaved [g0, u0, g1, u1, ...].
+    bool concatenated;
+    int32_t activation;  // moex::Activation
+    int32_t gate_kind;   // moex::GateKind
+    float swiglu_alpha, swiglu_limit;
+};
+
+// Picks the kernel: the sm_90a WGMMA kernel for bf16/f16 when K and N meet its alignment, else the portable one.
+void launch_grouped_gemm(const GroupedGemmArgs& args, void* stream);
+// The Hopper kernel alone (bf16/f16; K % 8 == 0, N % 8 == 0); returns false when the shape is not supported.
+bool launch_grouped_gemm_sm90(const GroupedGemmArgs& args, void* stream);
+// The portable kernel (any dtype, any K/N; slower): correctness fallback and f32 path.
+void launch_grouped_gemm_portable(const GroupedGemmArgs& args, void* stream);
+
+}  // namespace moex::cuda
