@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The main job on a fresh machine: install, build, list the backends, run one experts call from a problem file
+# through every CPU backend, then a short CPU benchmark against the machine's measured floors.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+bash scripts/build.sh -DMOEX_TESTS=OFF
+moex=build/moex
+$moex backends
+mkdir -p build/demo
+$moex experts make-problem --shape qwen3-30b-a3b --tokens 16 --dtype bf16 --scale-e 4 --seed 1 \
+  --out build/demo/problem.safetensors
+for b in eager batched_mm grouped_mm; do
+  $moex experts run --problem build/demo/problem.safetensors --backend "$b" --out "build/demo/out_$b.safetensors"
+done
+$moex bench --shapes qwen3-30b-a3b --tokens 1,64,1024 --dtype bf16 --reps 5
