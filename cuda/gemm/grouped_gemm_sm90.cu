@@ -1,0 +1,236 @@
+// Host side of the sm_90a grouped GEMM: tensor maps, grid size, cluster launch, and the instantiation list.
+// launch_grouped_gemm_sm90 = choose_grouped_gemm_sm90_config (sm90_config.cuh) + launch_grouped_gemm_sm90_with.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <mutex>
+#include <string>
+
+#include "cuda/gemm/grouped_gemm.h"
+#include "cuda/gemm/grouped_gemm_sm90.cuh"
+#include "cuda/gemm/sm90_config.cuh"
+#include "moex/error.h"
+
+namespace moex::cuda {
+namespace {
+
+using sm90::EpiKind;
+using sm90::Sm90Params;
+
+void check(cudaError_t e, const char* what) {
+    if (e != cudaSuccess)
+        fail(ErrorCode::kCuda, std::string("grouped_gemm_sm90: ") + what + ": " + cudaGetErrorString(e));
+}
+
+constexpr int kMaxDevices = 64;
+
+struct DeviceInfo {
+    int sm_count = 0;
+    bool sm90 = false;  // compute capability 9.0 exactly: the sm_90a code runs nowhere else
+};
+
+int current_device() {
+    int dev = 0;
+    check(cudaGetDevice(&dev), "cudaGetDevice");
+    MOEX_REQUIRE(dev >= 0 && dev < kMaxDevices, ErrorCode::kCuda, "grouped_gemm_sm90: device index out of range");
+    return dev;
+}
+
+const DeviceInfo& device_info(int dev) {
+    static std::mutex mu;
+    static std::array<DeviceInfo, kMaxDevices> info;
+    static std::array<bool, kMaxDevices> known{};
+    std::lock_guard<std::mutex> lock(mu);
+    if (!known[dev]) {
+        int major = 0, minor = 0;
+        check(cudaDeviceGetAttribute(&info[dev].sm_count, cudaDevAttrMultiProcessorCount, dev), "SM count");
+        check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "compute capability");
+        check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), "compute capability");
+        info[dev].sm90 = major == 9 && minor == 0;
+        known[dev] = true;
+    }
+    return info[dev];
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+    static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+        void* p = nullptr;
+        cudaDriverEntryPointQueryResult q{};
+        check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q),
+              "driver entry point cuTensorMapEncodeTiled");
+        MOEX_REQUIRE(q == cudaDriverEntryPointSuccess && p, ErrorCode::kCuda,
+                     "grouped_gemm_sm90: cuTensorMapEncodeTiled not found in the driver");
+        return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+    }();
+    return fn;
+}
+
+// Row-major tensor of `rank` dims (innermost first), 128B swizzle, zero fill out of bounds.
+CUtensorMap make_map(const void* base, CUtensorMapDataType type, uint32_t rank, const cuuint64_t* dims,
+                     const cuuint64_t* strides_bytes, const cuuint32_t* box) {
+    CUtensorMap map;
+    const cuuint32_t unit[3] = {1, 1, 1};
+    const CUresult r = encode_fn()(&map, type, rank, const_cast<void*>(base), dims, strides_bytes, box, unit,
+                                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    MOEX_REQUIRE(r == CUDA_SUCCESS, ErrorCode::kCuda,
+                 "grouped_gemm_sm90: cuTensorMapEncodeTiled failed (" + std::to_string(static_cast<int>(r)) + ")");
+    return map;
+}
+
+// Per kernel instantiation and device: the shared-memory opt-in (once) and how many 2-CTA clusters fit.
+template <typename T, bool kBNMajor, EpiKind kEpi>
+struct KernelSetup {
+    static int max_pairs(int dev) {
+        static std::mutex mu;
+        static std::array<int, kMaxDevices> pairs{};
+        static std::array<bool, kMaxDevices> done{};
+        std::lock_guard<std::mutex> lock(mu);
+        if (!done[dev]) {
+            auto kernel = sm90::grouped_gemm_sm90_kernel<T, kBNMajor, kEpi>;
+            check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sm90::kSmemBytes),
+                  "cudaFuncSetAttribute(max dynamic shared memory)");
+            cudaLaunchConfig_t cfg{};
+            cudaLaunchAttribute attr{};
+            attr.id = cudaLaunchAttributeClusterDimension;
+            attr.val.clusterDim.x = 2, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+            cfg.gridDim = dim3(2), cfg.blockDim = dim3(sm90::kThreads), cfg.dynamicSmemBytes = sm90::kSmemBytes;
+            cfg.attrs = &attr, cfg.numAttrs = 1;
+            int n = 0;
+            if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+                (void)cudaGetLastError();  // clusters unavailable: this instantiation runs with cluster 1
+                n = 0;
+            }
+            pairs[dev] = n;
+            done[dev] = true;
+        }
+        return pairs[dev];
+    }
+};
+
+template <typename T, bool kBNMajor, EpiKind kEpi>
+bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStream_t stream) {
+    constexpr CUtensorMapDataType kType =
+        std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    constexpr uint64_t kEsz = 2;
+    constexpr bool kGate = kEpi == EpiKind::kGate;
+    const uint64_t P = a.P, N = a.N, K = a.K, E = a.E;
+    const uint64_t n_out = kGate ? N / 2 : N;
+    const uint64_t d_esz = kEpi == EpiKind::kStoreF32 ? 4 : 2;
+
+    Sm90Params p{};
+    {
+        const cuuint64_t dims[2] = {K, P}, strides[1] = {K * kEsz};
+        const cuuint32_t box[2] = {sm90::kBlockK, sm90::kBlockM};
+        p.map_a = make_map(a.A, kType, 2, dims, strides, box);
+    }
+    if (!kBNMajor) {
+        const cuuint64_t dims[3] = {K, N, E}, strides[2] = {K * kEsz, N * K * kEsz};
+        const cuuint32_t box[3] = {sm90::kBlockK, sm90::kBlockN / 2, 1};
+        p.map_b = make_map(a.B, kType, 3, dims, strides, box);
+    } else {
+        const cuuint64_t dims[3] = {N, K, E}, strides[2] = {N * kEsz, K * N * kEsz};
+        const cuuint32_t box[3] = {64, sm90::kBlockK, 1};
+        p.map_b = make_map(a.B, kType, 3, dims, strides, box);
+    }
+    {
+        const CUtensorMapDataType d_type = kEpi == EpiKind::kStoreF32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : kType;
+        const cuuint64_t dims[2] = {n_out, P}, strides[1] = {n_out * d_esz};
+        const cuuint32_t box[2] = {static_cast<cuuint32_t>(128 / d_esz), 64};
+        p.map_d = make_map(a.D, d_type, 2, dims, strides, box);
+    }
+    p.epi.bias = a.bias;
+    p.epi.row_scale = a.row_scale;
+    p.epi.P = static_cast<int32_t>(P);
+    p.epi.N = static_cast<int32_t>(N);
+    p.epi.n_half = static_cast<int32_t>(N / 2);
+    p.epi.concatenated = a.concatenated ? 1 : 0;
+    p.epi.gate_fn = a.gate_kind == 1 ? sm90::kGptOss : a.activation;
+    p.epi.alpha = a.swiglu_alpha;
+    p.epi.limit = a.swiglu_limit;
+    p.m_tile_expert = a.m_tile_expert;
+    p.num_m_tiles = a.num_m_tiles;
+    p.expert_row_start = a.expert_row_start;
+    p.expert_row_count = a.expert_row_count;
+    p.K = static_cast<int32_t>(K);
+    p.E = static_cast<int32_t>(E);
+    p.num_n_tiles = static_cast<int32_t>(kGate && a.concatenated ? (N / 2 + 127) / 128 : (N + 255) / 256);
+    p.max_m_tiles = static_cast<int32_t>(a.max_m_tiles);
+
+    // Persistent grid: one CTA per SM (or per resident 2-CTA cluster slot), never more than the tile bound.
+    const DeviceInfo& info = device_info(dev);
+    const int64_t tile_bound = std::max<int64_t>(1, a.max_m_tiles * p.num_n_tiles);
+    int cluster = cfg.cluster_m == 2 ? 2 : 1;
+    int ctas = cfg.max_ctas > 0 ? std::min(cfg.max_ctas, info.sm_count) : info.sm_count;
+    const int pairs = KernelSetup<T, kBNMajor, kEpi>::max_pairs(dev);  // also opts in to the shared memory
+    if (cluster == 2 && pairs < 1) cluster = 1;
+    if (cluster == 2)
+        ctas = 2 * static_cast<int>(std::min<int64_t>({pairs, ctas / 2, (tile_bound + 1) / 2}));
+    else
+        ctas = static_cast<int>(std::min<int64_t>(ctas, tile_bound));
+    ctas = std::max(ctas, cluster);
+    p.cluster_m = cluster;
+    p.group_m = std::max(1, cfg.group_m);
+    if (cluster == 2 && p.group_m % 2 != 0) ++p.group_m;  // pairs must not straddle rasterisation groups
+
+    cudaLaunchConfig_t lc{};
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = cluster, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+    lc.gridDim = dim3(ctas), lc.blockDim = dim3(sm90::kThreads), lc.dynamicSmemBytes = sm90::kSmemBytes;
+    lc.stream = stream, lc.attrs = &attr, lc.numAttrs = 1;
+    check(cudaLaunchKernelEx(&lc, sm90::grouped_gemm_sm90_kernel<T, kBNMajor, kEpi>, p), "launch");
+    return true;
+}
+
+template <typename T, bool kBNMajor>
+bool dispatch_epilogue(const GroupedGemmArgs& a, const Sm90GemmConfig& c, int dev, cudaStream_t s) {
+    if (a.epilogue == Epilogue::kGate) return run<T, kBNMajor, EpiKind::kGate>(a, c, dev, s);
+    return a.d_f32 ? run<T, kBNMajor, EpiKind::kStoreF32>(a, c, dev, s)
+                   : run<T, kBNMajor, EpiKind::kStore>(a, c, dev, s);
+}
+
+template <typename T>
+bool dispatch_layout(const GroupedGemmArgs& a, const Sm90GemmConfig& c, int dev, cudaStream_t s) {
+    return a.b_n_major ? dispatch_epilogue<T, true>(a, c, dev, s) : dispatch_epilogue<T, false>(a, c, dev, s);
+}
+
+}  // namespace
+
+bool launch_grouped_gemm_sm90_with(const GroupedGemmArgs& args, const Sm90GemmConfig& config, void* stream) {
+    if (config.why_not != nullptr) return false;
+    const int dev = current_device();
+    const DeviceInfo& info = device_info(dev);
+    if (!info.sm90) return false;
+    // A caller-made config carries no shape checks: they live in one place, the chooser.
+    if (choose_grouped_gemm_sm90_config(args, info.sm_count).why_not != nullptr) return false;
+    if (args.P == 0 || args.max_m_tiles == 0) return true;  // nothing to compute
+    const auto s = static_cast<cudaStream_t>(stream);
+    return args.dtype == ActDType::kBF16 ? dispatch_layout<__nv_bfloat16>(args, config, dev, s)
+                                         : dispatch_layout<__half>(args, config, dev, s);
+}
+
+bool launch_grouped_gemm_sm90(const GroupedGemmArgs& args, void* stream) {
+    const int dev = current_device();
+    const DeviceInfo& info = device_info(dev);
+    if (!info.sm90) return false;
+    return launch_grouped_gemm_sm90_with(args, choose_grouped_gemm_sm90_config(args, info.sm_count), stream);
+}
+
+// Instantiations: {bf16, f16} x {B (E, N, K), B (E, K, N)} x {store dtype, store f32, gate}.
+#define MOEX_SM90_INSTANTIATE(T, BN)                                                    \
+    template __global__ void sm90::grouped_gemm_sm90_kernel<T, BN, EpiKind::kStore>(    \
+        const __grid_constant__ Sm90Params);                                            \
+    template __global__ void sm90::grouped_gemm_sm90_kernel<T, BN, EpiKind::kStoreF32>( \
+        const __grid_constant__ Sm90Params);                                            \
+    template __global__ void sm90::grouped_gemm_sm90_kernel<T, BN, EpiKind::kGate>(const __grid_constant__ Sm90Params);
+MOEX_SM90_INSTANTIATE(__nv_bfloat16, false)
+MOEX_SM90_INSTANTIATE(__nv_bfloat16, true)
+MOEX_SM90_INSTANTIATE(__half, false)
+MOEX_SM90_INSTANTIATE(__half, true)
+#undef MOEX_SM90_INSTANTIATE
+
+}  // namespace moex::cuda

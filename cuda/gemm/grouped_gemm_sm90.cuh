@@ -1,0 +1,222 @@
+// The sm_90a grouped GEMM kernel over the padded-contiguous layout of grouped_gemm.h: a persistent,
+// warp-specialised kernel (one TMA producer warp, two wgmma consumer warpgroups) with 128x256x64 tiles in a
+// 4-stage TMA ring, optional 2-CTA clusters sharing B by multicast, and TMA-store epilogues (sm90_epilogue.cuh).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "cuda/gemm/sm90_epilogue.cuh"
+#include "cuda/gemm/sm90_scheduler.cuh"
+#include "cuda/gemm/sm90_tma.cuh"
+#include "cuda/gemm/sm90_wgmma.cuh"
+
+namespace moex::cuda::sm90 {
+
+// Tile: 128 rows (one expert block) x 256 accumulator columns x 64 K per stage. Each consumer warpgroup owns 64
+// rows x 256 columns = 128 f32 registers per thread (m64n256k16, the widest wgmma: most FLOPs per byte of
+// shared memory read). Per stage: A 16 KB + B 32 KB; 4 stages = 192 KB + 32 KB store staging + 1 KB bias of the
+// 227 KB available (a fifth stage does not fit).
+inline constexpr int32_t kBlockM = 128, kBlockN = 256, kBlockK = 64, kStages = 4;
+inline constexpr int32_t kThreads = 384;  // warpgroups 0, 1: consumers; warpgroup 2: producer (one thread issues)
+inline constexpr uint32_t kABytes = kBlockM * kBlockK * 2;
+inline constexpr uint32_t kBBytes = kBlockN * kBlockK * 2;
+inline constexpr uint32_t kStagingBytes = 2 * 2 * kStoreBoxBytes;  // 2 warpgroups x 2 boxes
+inline constexpr uint32_t kBiasBytes = 2 * kBlockN * 2;            // 2 warpgroups x 256 16-bit bias values
+inline constexpr uint32_t kSmemBytes = 1024 /* alignment slack */ + kStages * (kABytes + kBBytes) + kStagingBytes +
+                                       kBiasBytes + 2 * kStages * sizeof(uint64_t);
+static_assert(kSmemBytes <= 232448, "over the 227 KB opt-in shared memory of sm_90");
+// 2 x 128 x 232 + 128 x 40 = 64512 <= 65536 registers; the consumers need 128 accumulators + epilogue temporaries.
+inline constexpr uint32_t kConsumerRegs = 232, kProducerRegs = 40;
+
+struct Sm90Params {
+    CUtensorMap map_a;  // A (P, K): box 64 K x 128 rows
+    CUtensorMap map_b;  // B (E, N, K): box 64 K x 128 N x 1;  b_n_major (E, K, N): box 64 N x 64 K x 1
+    CUtensorMap map_d;  // D (P, N_out): box 128 bytes x 64 rows
+    EpilogueParams epi;
+    const int32_t* m_tile_expert;     // (max_m_tiles,)
+    const int32_t* num_m_tiles;       // (1,)
+    const int32_t* expert_row_start;  // (E + 1,)
+    const int32_t* expert_row_count;  // (E,)
+    int32_t K, E;
+    int32_t num_n_tiles;  // ceil(N / 256); kGate concatenated: ceil(N / 2 / 128)
+    int32_t max_m_tiles;
+    int32_t group_m;    // rasterisation group (sm90_scheduler.cuh)
+    int32_t cluster_m;  // 1 or 2 (the launch's cluster size)
+};
+
+template <typename T, bool kBNMajor, EpiKind kEpi>
+__global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __grid_constant__ Sm90Params p) {
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    uint8_t* smem_a = smem;                         // kStages x (128 rows x 128 B)
+    uint8_t* smem_b = smem_a + kStages * kABytes;   // kStages x (256 rows x 128 B) or 4 boxes (64 k x 128 B)
+    uint8_t* staging = smem_b + kStages * kBBytes;  // 2 warpgroups x 2 boxes (64 rows x 128 B)
+    T* bias_slots = reinterpret_cast<T*>(staging + kStagingBytes);  // 2 warpgroups x 256
+    uint64_t* full = reinterpret_cast<uint64_t*>(staging + kStagingBytes + kBiasBytes);
+    uint64_t* empty = full + kStages;
+
+    const uint32_t warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);
+    const uint32_t lane = threadIdx.x % 32;
+    const int32_t cluster_m = p.cluster_m;
+    const uint32_t rank = cluster_m > 1 ? cluster_cta_rank() : 0;
+    const bool gate_concat = kEpi == EpiKind::kGate && p.epi.concatenated;
+
+    if (threadIdx.x == 256) {
+#pragma unroll
+        for (int s = 0; s < kStages; ++s) {
+            mbar_init(&full[s], 1);               // the producer's arrive.expect_tx
+            mbar_init(&empty[s], 8 * cluster_m);  // every consumer warp of every CTA it feeds
+        }
+        fence_mbarrier_init();
+    }
+    if (cluster_m > 1)
+        cluster_sync();
+    else
+        __syncthreads();
+
+    const TileScheduler sched(p.num_m_tiles, p.max_m_tiles, p.num_n_tiles, p.group_m);
+    const int32_t num_kb = (p.K + kBlockK - 1) / kBlockK;
+    uint32_t stage = 0, phase = 0;
+
+    if (warp >= 8) {
+        // ---------------------------------------------------------------- producer: one thread issues all TMA
+        regs_lower<kProducerRegs>();
+        if (warp == 8 && lane == 0) {
+            tma_prefetch_map(&p.map_a);
+            tma_prefetch_map(&p.map_b);
+            for (int32_t t = blockIdx.x; t < sched.total; t += gridDim.x) {
+                const TileCoord tile = sched.decode(t);
+                int32_t e = p.m_tile_expert[tile.m];
+                e = static_cast<uint32_t>(e) < static_cast<uint32_t>(p.E) ? e : 0;  // bad id: load in bounds, skip MMAs
+                bool multicast = false;
+                if (cluster_m > 1 && sched.peer_alive(t)) {
+                    const TileCoord peer = sched.decode(t ^ 1);
+                    const int32_t pe = p.m_tile_expert[peer.m];
+                    multicast =
+                        peer.n == tile.n && (static_cast<uint32_t>(pe) < static_cast<uint32_t>(p.E) ? pe : 0) == e;
+                }
+                // B rows of the two 128-wide halves of the tile: [gate | up] pairs, or 256 consecutive rows.
+                const int32_t half0 = gate_concat ? tile.n * 128 : tile.n * 256;
+                const int32_t half1 = gate_concat ? p.epi.n_half + half0 : half0 + 128;
+                const int32_t row0 = tile.m * kBlockM;
+                for (int32_t kb = 0; kb < num_kb; ++kb) {
+                    const int32_t k0 = kb * kBlockK;
+                    mbar_wait(&empty[stage], phase ^ 1);
+                    mbar_arrive_expect_tx(&full[stage], kABytes + kBBytes);
+                    tma_load_2d(smem_a + stage * kABytes, &p.map_a, &full[stage], k0, row0);
+                    uint8_t* b_dst = smem_b + stage * kBBytes;
+#pragma unroll
+                    for (int32_t h = 0; h < 2; ++h) {
+                        if (multicast && h != static_cast<int32_t>(rank)) continue;  // the peer loads this half
+                        const int32_t nb = h == 0 ? half0 : half1;
+                        uint8_t* dst = b_dst + h * (kBBytes / 2);
+                        if constexpr (!kBNMajor) {
+                            if (multicast)
+                                tma_load_3d_multicast(dst, &p.map_b, &full[stage], k0, nb, e, 0x3);
+                            else
+                                tma_load_3d(dst, &p.map_b, &full[stage], k0, nb, e);
+                        } else {
+#pragma unroll
+                            for (int32_t i = 0; i < 2; ++i) {
+                                if (multicast)
+                                    tma_load_3d_multicast(dst + i * (kBBytes / 4), &p.map_b, &full[stage], nb + 64 * i,
+                                                          k0, e, 0x3);
+                                else
+                                    tma_load_3d(dst + i * (kBBytes / 4), &p.map_b, &full[stage], nb + 64 * i, k0, e);
+                            }
+                        }
+                    }
+                    if (++stage == kStages) stage = 0, phase ^= 1;
+                }
+            }
+        }
+    } else {
+        // ---------------------------------------------------------------- consumers: two math warpgroups
+        regs_raise<kConsumerRegs>();
+        const uint32_t wg = warp / 4;
+        const EpiThread th{16 * (warp % 4) + lane / 4, lane % 4, threadIdx.x % 128, 1 + wg,
+                           (warp % 4) == 0 && lane == 0};
+        uint8_t* my_staging = staging + wg * 2 * kStoreBoxBytes;
+        T* my_bias = bias_slots + wg * kBlockN;
+        uint32_t buf = 0;
+        // Descriptors of stage 0; per stage and k slice only the start address moves (sm90_wgmma.cuh).
+        const uint64_t desc_a0 = make_smem_desc(smem_u32(smem_a) + wg * 64 * 128, 16, 1024);
+        const uint64_t desc_b0 = make_smem_desc(smem_u32(smem_b), kBNMajor ? 8192 : 16, 1024);
+        constexpr uint32_t kBStepK = kBNMajor ? 16 * 128 : 16 * 2;  // bytes per 16-deep K slice of B
+        float acc[128];
+
+        // Tile metadata runs one tile ahead: the expert id of the next tile is loaded before this tile's main
+        // loop and its row range before this tile's epilogue, so no dependent global load stalls a tile start.
+        auto expert_of = [&](int32_t t) { return t < sched.total ? p.m_tile_expert[sched.decode(t).m] : -1; };
+        auto row_end_of = [&](int32_t e) {
+            return static_cast<uint32_t>(e) < static_cast<uint32_t>(p.E) ? p.expert_row_start[e] + p.expert_row_count[e]
+                                                                         : 0;
+        };
+        int32_t e = expert_of(blockIdx.x);
+        int32_t row_end = row_end_of(e);
+        for (int32_t t = blockIdx.x; t < sched.total; t += gridDim.x) {
+            const int32_t e_next = expert_of(t + gridDim.x);
+            const TileCoord tile = sched.decode(t);
+            const int32_t row0 = tile.m * kBlockM + static_cast<int32_t>(wg) * 64;
+            // A warpgroup whose 64 rows are all padding skips its MMAs and its stores (padding is never read).
+            const bool active = row0 < row_end;
+            const bool peer = cluster_m > 1 && sched.peer_alive(t);
+            TileExtras extras{1.f, 1.f, 0u};
+            if (active) {
+                const int32_t half0 = gate_concat ? tile.n * 128 : tile.n * 256;
+                const int32_t half1 = gate_concat ? p.epi.n_half + half0 : half0 + 128;
+                extras = load_tile_extras<T>(p.epi, th, row0, e, half0, half1);
+            }
+            auto release = [&](uint32_t s) {
+                if (cluster_m == 1) {
+                    if (lane == 0) mbar_arrive(&empty[s]);
+                } else if (lane < 2) {
+                    mbar_arrive_cluster(&empty[s], peer ? lane : rank);  // lanes 0, 1 -> CTAs 0, 1
+                }
+            };
+
+            uint32_t prev = 0;
+            for (int32_t kb = 0; kb < num_kb; ++kb) {
+                mbar_wait(&full[stage], phase);
+                if (active) {
+                    fence_accumulators(acc);
+                    wgmma_fence();
+#pragma unroll
+                    for (uint32_t k = 0; k < kBlockK / 16; ++k) {
+                        wgmma_m64n256k16<T, kBNMajor>(acc, desc_advance(desc_a0, stage * kABytes + k * 32),
+                                                      desc_advance(desc_b0, stage * kBBytes + k * kBStepK),
+                                                      static_cast<uint32_t>(kb) | k);
+                    }
+                    wgmma_commit();
+                    fence_accumulators(acc);
+                    wgmma_wait<1>();  // the previous stage's MMAs are done: release it, keep this one in flight
+                    if (kb > 0) release(prev);
+                } else {
+                    release(stage);
+                }
+                prev = stage;
+                if (++stage == kStages) stage = 0, phase ^= 1;
+            }
+            wgmma_wait<0>();  // unconditional: no MMA may be in flight on any path out of the loop
+            const int32_t row_end_next = row_end_of(e_next);
+            if (active) {
+                fence_accumulators(acc);
+                release(prev);
+                epilogue<T, kEpi>(p.epi, &p.map_d, acc, my_staging, my_bias, buf, th, extras, row0, tile.n);
+            }
+            e = e_next;
+            row_end = row_end_next;
+        }
+        if (th.leader) bulk_wait_group_all();
+    }
+
+    // No CTA may leave while its peer can still arrive on its barriers or multicast into its shared memory.
+    if (cluster_m > 1) {
+        __syncwarp();
+        cluster_sync();
+    }
+}
+
+}  // namespace moex::cuda::sm90

@@ -1,0 +1,257 @@
+// Epilogue of the sm_90a grouped GEMM: each consumer warpgroup turns its 64x256 f32 accumulator tile into
+// output (bias, gate, row scale in f32; rounding to the output type), stages it in shared memory in 128-byte
+// swizzled 64-row boxes and writes them with TMA stores, double-buffered so staging overlaps the previous store.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/gemm/sm90_tma.cuh"
+
+namespace moex::cuda::sm90 {
+
+enum class EpiKind : int32_t {
+    kStore = 0,     // D = (acc + bias) · row_scale, written in the input dtype
+    kStoreF32 = 1,  // same, written in f32
+    kGate = 2,      // D = gate(acc + bias) · row_scale over (gate, up) column pairs, written in the input dtype
+};
+enum GateFn : int32_t { kSilu = 0, kGelu = 1, kGeluTanh = 2, kRelu = 3, kGptOss = 4 };
+
+// One TMA store box: 64 rows x 128 bytes (32 f32 or 64 16-bit values), 128B-swizzled, 1024-aligned.
+inline constexpr uint32_t kStoreBoxBytes = 64 * 128;
+
+struct EpilogueParams {
+    const void* bias;        // (E, N) input dtype, or nullptr
+    const float* row_scale;  // (P,) or nullptr
+    int32_t P;               // rows of D
+    int32_t N;               // accumulator columns (B rows)
+    int32_t n_half;          // N / 2: gate outputs per row
+    int32_t concatenated;    // kGate: columns [gate | up] (else interleaved [g0, u0, g1, u1, ...])
+    int32_t gate_fn;         // GateFn
+    float alpha, limit;  // kGptOss: (clamp(u, -limit, limit) + 1) · min(g, limit) · sigmoid(alpha · min(g, limit))
+};
+
+// Where this thread's accumulators sit: rows r_lo and r_lo + 8 of the warpgroup's 64, column pair 2q, 2q + 1
+// of every 8-column block (the m64nNk16 accumulator layout, sm90_wgmma.cuh).
+struct EpiThread {
+    uint32_t r_lo;    // 16 · warp_in_warpgroup + lane / 4
+    uint32_t q;       // lane % 4
+    uint32_t tid;     // thread index in the warpgroup
+    uint32_t bar_id;  // named barrier of this warpgroup
+    bool leader;      // issues and tracks the TMA stores of this warpgroup
+};
+
+// What the epilogue of one tile needs besides the accumulators, loaded when the tile starts so that the loads'
+// latency hides behind the main loop instead of stalling the epilogue.
+struct TileExtras {
+    float s_lo, s_hi;  // row_scale of rows r_lo, r_lo + 8 (1 without row_scale)
+    uint32_t bias2;    // this thread's two bias values (accumulator columns 2·tid, 2·tid + 1), raw 16-bit pair
+};
+
+// x · sigmoid(k·x) = x / (1 + e^(-k·x)): MUFU.EX2 + MUFU.RCP, a few ulp. (x/2 + x/2 · tanh(k·x/2) would take one
+// MUFU op but cancels for k·x << 0: tanh.approx's 2^-11 error becomes ~4% of silu(-5).) -k·x large: -0.
+__device__ __forceinline__ float x_sigmoid(float x, float k) { return __fdividef(x, 1.f + __expf(-k * x)); }
+
+template <int kFn>
+__device__ __forceinline__ float gate_value(float g, float u, float alpha, float limit) {
+    if constexpr (kFn == kSilu) return x_sigmoid(g, 1.f) * u;
+    if constexpr (kFn == kGelu) return 0.5f * g * erfcf(-0.7071067811865476f * g) * u;  // 1 + erf(x) = erfc(-x)
+    if constexpr (kFn == kGeluTanh) {  // 0.5·g·(1 + tanh(y)) = g · sigmoid(2y), y = sqrt(2/pi)·(g + 0.044715·g^3)
+        const float y2 = 1.5957691216057308f * fmaf(0.044715f * g, g * g, g);
+        return __fdividef(g, 1.f + __expf(-y2)) * u;
+    }
+    if constexpr (kFn == kRelu) return fmaxf(g, 0.f) * u;
+    if constexpr (kFn == kGptOss) {
+        g = fminf(g, limit);
+        u = fmaxf(fminf(u, limit), -limit);
+        return (u + 1.f) * x_sigmoid(g, alpha);
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ float2 load_pair(const T* p) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>)
+        return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+    else
+        return __half22float2(*reinterpret_cast<const __half2*>(p));
+}
+template <typename Out>
+__device__ __forceinline__ void store_pair(uint8_t* dst, float a, float b) {
+    if constexpr (std::is_same_v<Out, float>) {
+        *reinterpret_cast<float2*>(dst) = make_float2(a, b);
+    } else if constexpr (std::is_same_v<Out, __nv_bfloat16>) {
+        *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(a, b);
+    } else {
+        *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(a, b);
+    }
+}
+template <typename Out>
+__device__ __forceinline__ void store_one(uint8_t* dst, float a) {
+    if constexpr (std::is_same_v<Out, __nv_bfloat16>)
+        *reinterpret_cast<__nv_bfloat16*>(dst) = __float2bfloat16_rn(a);
+    else
+        *reinterpret_cast<__half*>(dst) = __float2half_rn(a);
+}
+
+// Byte offset of (row, byte) in a 128B-swizzled box: 16-byte chunk c of row r lives at chunk c ^ (r % 8).
+// Rows r and r + 8 have the same r % 8, and the 8 rows a warp writes at once hit 8 different chunks: no conflicts.
+__device__ __forceinline__ uint32_t swizzled(uint32_t row, uint32_t byte) {
+    return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
+}
+
+__device__ __forceinline__ float row_scale_of(const EpilogueParams& ep, int32_t row) {
+    return (ep.row_scale != nullptr && row < ep.P) ? ep.row_scale[row] : 1.f;
+}
+
+// The tile's 256 accumulator columns are B rows [half0, half0 + 128) then [half1, half1 + 128) (the producer's two
+// halves); thread tid fetches the bias of columns 2·tid, 2·tid + 1 with one 32-bit load.
+template <typename T>
+__device__ __forceinline__ TileExtras load_tile_extras(const EpilogueParams& ep, const EpiThread& th, int32_t row0,
+                                                       int32_t expert, int32_t half0, int32_t half1) {
+    TileExtras x{row_scale_of(ep, row0 + th.r_lo), row_scale_of(ep, row0 + th.r_lo + 8), 0u};
+    const int32_t j = 2 * static_cast<int32_t>(th.tid), n = j < 128 ? half0 + j : half1 + (j - 128);
+    if (ep.bias != nullptr && n < ep.N)
+        x.bias2 = *reinterpret_cast<const uint32_t*>(static_cast<const T*>(ep.bias) +
+                                                     static_cast<int64_t>(expert) * ep.N + n);
+    return x;
+}
+
+// After writing box `buf`: make the writes visible to the copy engine; the leader waits until the previous box's
+// store has read shared memory (so the next chunk may overwrite that box); one barrier publishes both facts;
+// then the leader stores this box. One barrier per 8 KB box.
+__device__ __forceinline__ void store_box(const EpiThread& th, const CUtensorMap* map_d, const uint8_t* box,
+                                          int32_t col, int32_t row) {
+    fence_proxy_async_smem();
+    if (th.leader) bulk_wait_group_read<0>();
+    named_barrier_sync(th.bar_id, 128);
+    if (th.leader) {
+        tma_store_2d(map_d, box, col, row);
+        bulk_commit_group();
+    }
+}
+
+// kStore / kStoreF32: 256 accumulator columns n0 + [0, 256) -> 256 / kCols boxes. bias_s: (256,) tile bias.
+template <typename T, typename Out>
+__device__ __forceinline__ void epilogue_store(const EpilogueParams& ep, const CUtensorMap* map_d,
+                                               const float (&acc)[128], uint8_t* staging, const T* bias_s,
+                                               uint32_t& buf, const EpiThread& th, const TileExtras& x, int32_t row0,
+                                               int32_t n_tile) {
+    constexpr int kCols = 128 / static_cast<int>(sizeof(Out));  // columns per box
+    constexpr int kBlocks = kCols / 8;                          // 8-column accumulator blocks per box
+    const int32_t n0 = n_tile * 256;
+    const bool has_bias = ep.bias != nullptr;
+#pragma unroll
+    for (int c = 0; c < 256 / kCols; ++c) {
+        if (n0 + c * kCols >= ep.N) break;  // uniform over the warpgroup
+        uint8_t* box = staging + buf * kStoreBoxBytes;
+#pragma unroll
+        for (int b = 0; b < kBlocks; ++b) {
+            const int j = c * kBlocks + b;
+            const int32_t col = 8 * b + 2 * static_cast<int32_t>(th.q);  // inside the box
+            const float2 bv = has_bias ? load_pair(bias_s + c * kCols + col) : make_float2(0.f, 0.f);
+            const uint32_t byte = col * sizeof(Out);
+            store_pair<Out>(box + swizzled(th.r_lo, byte), (acc[4 * j] + bv.x) * x.s_lo,
+                            (acc[4 * j + 1] + bv.y) * x.s_lo);
+            store_pair<Out>(box + swizzled(th.r_lo + 8, byte), (acc[4 * j + 2] + bv.x) * x.s_hi,
+                            (acc[4 * j + 3] + bv.y) * x.s_hi);
+        }
+        store_box(th, map_d, box, n0 + c * kCols, row0);
+        buf ^= 1;
+    }
+}
+
+// kGate: 128 output columns o0 + [0, 128) -> two boxes of 64. Concatenated: the CTA's B tile holds gate rows
+// [o0, o0 + 128) then up rows [I + o0, I + o0 + 128), so output column c pairs accumulator columns c and c + 128
+// (column blocks j and j + 16). Interleaved: accumulator columns 2c, 2c + 1 are (gate, up) of output column c.
+template <typename T, int kFn>
+__device__ __forceinline__ void epilogue_gate(const EpilogueParams& ep, const CUtensorMap* map_d,
+                                              const float (&acc)[128], uint8_t* staging, const T* bias_s, uint32_t& buf,
+                                              const EpiThread& th, const TileExtras& x, int32_t row0, int32_t n_tile) {
+    const int32_t o0 = n_tile * 128;
+    const bool has_bias = ep.bias != nullptr;
+    const float al = ep.alpha, li = ep.limit, s_lo = x.s_lo, s_hi = x.s_hi;
+    const int32_t q2 = 2 * static_cast<int32_t>(th.q);
+    const float2 zero = make_float2(0.f, 0.f);
+    if (ep.concatenated) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            if (o0 + c * 64 >= ep.n_half) break;
+            uint8_t* box = staging + buf * kStoreBoxBytes;
+#pragma unroll
+            for (int b = 0; b < 8; ++b) {
+                const int j = 8 * c + b, ju = j + 16;
+                const int32_t col = 8 * b + q2;
+                const float2 gb = has_bias ? load_pair(bias_s + 64 * c + col) : zero;
+                const float2 ub = has_bias ? load_pair(bias_s + 128 + 64 * c + col) : zero;
+                const uint32_t byte = col * sizeof(T);
+                store_pair<T>(box + swizzled(th.r_lo, byte),
+                              gate_value<kFn>(acc[4 * j] + gb.x, acc[4 * ju] + ub.x, al, li) * s_lo,
+                              gate_value<kFn>(acc[4 * j + 1] + gb.y, acc[4 * ju + 1] + ub.y, al, li) * s_lo);
+                store_pair<T>(box + swizzled(th.r_lo + 8, byte),
+                              gate_value<kFn>(acc[4 * j + 2] + gb.x, acc[4 * ju + 2] + ub.x, al, li) * s_hi,
+                              gate_value<kFn>(acc[4 * j + 3] + gb.y, acc[4 * ju + 3] + ub.y, al, li) * s_hi);
+            }
+            store_box(th, map_d, box, o0 + 64 * c, row0);
+            buf ^= 1;
+        }
+    } else {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            if (o0 + c * 64 >= ep.n_half) break;
+            uint8_t* box = staging + buf * kStoreBoxBytes;
+#pragma unroll
+            for (int b = 0; b < 16; ++b) {
+                const int j = 16 * c + b;
+                const float2 bv = has_bias ? load_pair(bias_s + 8 * j + q2) : zero;
+                const uint32_t byte = (4 * b + th.q) * sizeof(T);  // output column 4b + q inside the box
+                store_one<T>(box + swizzled(th.r_lo, byte),
+                             gate_value<kFn>(acc[4 * j] + bv.x, acc[4 * j + 1] + bv.y, al, li) * s_lo);
+                store_one<T>(box + swizzled(th.r_lo + 8, byte),
+                             gate_value<kFn>(acc[4 * j + 2] + bv.x, acc[4 * j + 3] + bv.y, al, li) * s_hi);
+            }
+            store_box(th, map_d, box, o0 + 64 * c, row0);
+            buf ^= 1;
+        }
+    }
+}
+
+// Writes one warpgroup's 64 rows (row0 = first row) of the tile. `staging`: this warpgroup's two boxes;
+// `bias_s`: its 256-entry bias slot, filled here from x.bias2.
+template <typename T, EpiKind kEpi>
+__device__ __forceinline__ void epilogue(const EpilogueParams& ep, const CUtensorMap* map_d, const float (&acc)[128],
+                                         uint8_t* staging, T* bias_s, uint32_t& buf, const EpiThread& th,
+                                         const TileExtras& x, int32_t row0, int32_t n_tile) {
+    if (ep.bias != nullptr) {  // publish the tile's bias; the previous tile read its slot before its last barrier
+        reinterpret_cast<uint32_t*>(bias_s)[th.tid] = x.bias2;
+        named_barrier_sync(th.bar_id, 128);
+    }
+    if constexpr (kEpi == EpiKind::kStore) {
+        epilogue_store<T, T>(ep, map_d, acc, staging, bias_s, buf, th, x, row0, n_tile);
+    } else if constexpr (kEpi == EpiKind::kStoreF32) {
+        epilogue_store<T, float>(ep, map_d, acc, staging, bias_s, buf, th, x, row0, n_tile);
+    } else {
+        switch (ep.gate_fn) {
+            case kSilu:
+                epilogue_gate<T, kSilu>(ep, map_d, acc, staging, bias_s, buf, th, x, row0, n_tile);
+                break;
+            case kGelu:
+                epilogue_gate<T, kGelu>(ep, map_d, acc, staging, bias_s, buf, th, x, row0, n_tile);
+                break;
+            case kGeluTanh:
+                epilogue_gate<T, kGeluTanh>(ep, map_d, acc, staging, bias_s, buf, th, x, row0, n_tile);
+                break;
+            case kRelu:
+                epilogue_gate<T, kRelu>(ep, map_d, acc, staging, bias_s, buf, th, x, row0, n_tile);
+                break;
+            default:
+                epilogue_gate<T, kGptOss>(ep, map_d, acc, staging, bias_s, buf, th, x, row0, n_tile);
+                break;
+        }
+    }
+}
+
+}  // namespace moex::cuda::sm90

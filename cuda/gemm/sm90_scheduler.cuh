@@ -1,0 +1,52 @@
+// Static persistent tile schedule of the sm_90a grouped GEMM: CTA b takes tiles b, b + grid, b + 2·grid, ...
+// Tiles are rasterised in groups of group_m M tiles (M fastest inside a group, then N) so that the CTAs running
+// at the same time share A rows and B columns through L2. The tile count is read from device memory.
+#pragma once
+
+#include <cstdint>
+
+namespace moex::cuda::sm90 {
+
+struct TileCoord {
+    int32_t m;  // M tile: rows [128·m, 128·m + 128), one expert
+    int32_t n;  // N tile
+};
+
+// With a 2-CTA cluster, the CTA pair runs tiles t and t ^ 1 (grid and group_m even). Every region of the
+// rasterisation starts at an even tile index, so a pair gets adjacent M tiles of the same N tile, except in the
+// last lone M tile (group of one) where the pair gets two N tiles of one M tile.
+struct TileScheduler {
+    int32_t num_m;    // M tiles to process: *num_m_tiles clamped to [0, max_m_tiles]
+    int32_t num_n;    // N tiles
+    int32_t total;    // num_m · num_n
+    int32_t group_m;  // M tiles per group
+
+    __device__ __forceinline__ TileScheduler(const int32_t* num_m_tiles, int32_t max_m_tiles, int32_t n_tiles,
+                                             int32_t group) {
+        int32_t m = *num_m_tiles;
+        m = m < 0 ? 0 : (m > max_m_tiles ? max_m_tiles : m);
+        num_m = m;
+        num_n = n_tiles;
+        total = m * n_tiles;
+        group_m = group;
+    }
+
+    __device__ __forceinline__ TileCoord decode(int32_t t) const {
+        const int32_t full_m = num_m - num_m % group_m;  // M tiles in complete groups
+        if (t < full_m * num_n) {
+            const int32_t span = group_m * num_n;
+            const int32_t g = t / span, r = t - g * span;
+            return {g * group_m + r % group_m, r / group_m};
+        }
+        // Remainder: an even-sized group, then at most one lone M tile.
+        const int32_t rest = num_m - full_m, rest_even = rest & ~1;
+        int32_t u = t - full_m * num_n;
+        if (u < rest_even * num_n) return {full_m + u % rest_even, u / rest_even};
+        u -= rest_even * num_n;
+        return {full_m + rest_even, u};
+    }
+
+    __device__ __forceinline__ bool peer_alive(int32_t t) const { return (t ^ 1) < total; }
+};
+
+}  // namespace moex::cuda::sm90
