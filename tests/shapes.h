@@ -42,9 +42,15 @@ constexpr ExpertsShape scaled(const ExpertsShape& s, int64_t factor, int64_t max
 // The shapes every backend is tested on: each model divided by 32 (H, I multiples of 8: the vector paths) and by
 // 55 (odd sizes: the tails), plus one hand-made odd shape. Largest: mixtral / 32 = H 128, I 448.
 inline constexpr std::array<ExpertsShape, 9> kTestShapes = {{
-    scaled(kModelShapes[0], 32), scaled(kModelShapes[1], 32), scaled(kModelShapes[2], 32),
-    scaled(kModelShapes[3], 32), scaled(kModelShapes[0], 55), scaled(kModelShapes[1], 55),
-    scaled(kModelShapes[2], 55), scaled(kModelShapes[3], 55), {"odd", 37, 19, 6, 3, 1},
+    scaled(kModelShapes[0], 32),
+    scaled(kModelShapes[1], 32),
+    scaled(kModelShapes[2], 32),
+    scaled(kModelShapes[3], 32),
+    scaled(kModelShapes[0], 55),
+    scaled(kModelShapes[1], 55),
+    scaled(kModelShapes[2], 55),
+    scaled(kModelShapes[3], 55),
+    {"odd", 37, 19, 6, 3, 1},
 }};
 
 }  // namespace moex::shapes

@@ -1,0 +1,327 @@
+// batched_mm decode kernels: one CTA = (expert row chunk) x (block of weight rows). Weights stream from HBM once per
+// chunk with 16-byte loads; partial sums meet in shared memory; the epilogue fuses bias + gate (up) or bias +
+// routing weight + the deterministic last-CTA combine (down).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/common/numeric.cuh"
+#include "cuda/experts/batched.h"
+
+namespace moex::cuda::batched {
+
+inline constexpr int kThreads = 256;  // 8 warps
+
+// TUTORIAL: swap-AB decode GEMM straight from global memory.
+// A decode tile has 1..64 token rows but thousands of weight rows, so the weights take the MMA's M side (16 rows)
+// and the tokens its N side (8 columns): D[w, t] = sum_k W[w, k] x[t, k]. A dot product does not care in which
+// order its k terms come, as long as W and x use the same order. So instead of loading the exact PTX fragment
+// layout (4-byte pieces), thread (g = lane/4, q = lane%4) loads 16 contiguous bytes of weight rows g and g+8 at
+// k0 + 8q and 16 bytes of token row g at the same k0 + 8q, and feeds them to two m16n8k16 MMAs: registers .x/.y to
+// the first (logical k pairs 2q and 2q+8 <- physical k0+8q+{0,1} and +{2,3}), .z/.w to the second. Both operands use
+// the same physical-to-logical map because the map depends only on q, so the products are exact dot products over
+// k0 .. k0+31. Weights stream with ld.global.nc.L1::no_allocate (no L1 pollution); token rows hit L1/L2.
+__device__ __forceinline__ uint4 ldg_stream(const void* p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+template <class T>
+__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    } else {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    }
+}
+
+// Logical weight row j of a CTA covering `bw` rows -> physical row, -1 when out of range.
+// Down / ungated: first + j. Gated, concatenated: j < bw/2 -> gate channel c0 + j (row c0 + j), else up channel
+// c0 + j - bw/2 (row I + channel). Gated, interleaved: row 2 c0 + j (gate even, up odd). first = c0 when gated.
+struct RowMap {
+    int64_t R, half, first;
+    int bw;
+    bool gate, concat;
+    __device__ __forceinline__ int64_t operator()(int j) const {
+        if (!gate) return first + j < R ? first + j : -1;
+        if (concat) {
+            const int hb = bw / 2;
+            const int64_t ch = first + (j < hb ? j : j - hb);
+            return ch < half ? (j < hb ? ch : half + ch) : -1;
+        }
+        const int64_t p = 2 * first + j;
+        return p < R ? p : -1;
+    }
+};
+
+struct Tile {
+    int e, row0, nrows;
+};
+
+// ---- main loop 1: mma.sync, K-major weights. Partial sums -> sacc[ks][row][token] (pitch mc + 1).
+template <class T, int RT, int NT>
+__device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, const RowMap& map, float* sacc, int bw) {
+    constexpr int kMc = 8 * NT;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, q = lane & 3;
+    const int rg_count = 8 / a.ks, rg = warp % rg_count, ks = warp / rg_count;
+    const T* W = static_cast<const T*>(a.W) + int64_t(tile.e) * a.R * a.K;
+    const T* X = static_cast<const T*>(a.X);
+
+    const T* wp[RT][2];
+#pragma unroll
+    for (int t = 0; t < RT; ++t)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int64_t p = map(rg * 16 * RT + t * 16 + g + 8 * h);
+            wp[t][h] = p >= 0 ? W + p * a.K + 8 * q : nullptr;
+        }
+    const T* xp[NT];
+#pragma unroll
+    for (int c = 0; c < NT; ++c) {
+        const int i = 8 * c + g;
+        xp[c] = i < tile.nrows ? X + int64_t(a.row_slot[tile.row0 + i] / a.x_div) * a.K + 8 * q : nullptr;
+    }
+    float acc[RT][NT][4];
+#pragma unroll
+    for (int t = 0; t < RT; ++t)
+#pragma unroll
+        for (int c = 0; c < NT; ++c) acc[t][c][0] = acc[t][c][1] = acc[t][c][2] = acc[t][c][3] = 0.0f;
+
+    const int64_t kchunk = (a.K + a.ks - 1) / a.ks;
+    const int64_t kc = (kchunk + 31) / 32 * 32;  // split points on 32-element boundaries (one mma k step)
+    const int64_t k_begin = ks * kc, k_end = min(a.K, k_begin + kc);
+    constexpr int kU = RT == 1 ? 4 : 2;  // 32-element k steps per iteration: 8 weight loads of 16 B in flight
+    const uint4 zero = {0, 0, 0, 0};
+
+    auto step = [&](int64_t k, auto u_const, auto guarded_const) {
+        constexpr int U = decltype(u_const)::value;
+        constexpr bool kGuard = decltype(guarded_const)::value;
+        uint4 wv[U][RT][2];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int t = 0; t < RT; ++t)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const bool ok = wp[t][h] != nullptr && (!kGuard || k + 32 * u + 8 * q < k_end);
+                    wv[u][t][h] = ok ? ldg_stream(wp[t][h] + k + 32 * u) : zero;
+                }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int c = 0; c < NT; ++c) {
+                if (8 * c >= tile.nrows) continue;  // CTA-uniform: no MMA for empty token groups
+                const bool ok = xp[c] != nullptr && (!kGuard || k + 32 * u + 8 * q < k_end);
+                const uint4 xv = ok ? __ldg(reinterpret_cast<const uint4*>(xp[c] + k + 32 * u)) : zero;
+#pragma unroll
+                for (int t = 0; t < RT; ++t) {
+                    mma16816<T>(acc[t][c], wv[u][t][0].x, wv[u][t][1].x, wv[u][t][0].y, wv[u][t][1].y, xv.x, xv.y);
+                    mma16816<T>(acc[t][c], wv[u][t][0].z, wv[u][t][1].z, wv[u][t][0].w, wv[u][t][1].w, xv.z, xv.w);
+                }
+            }
+    };
+    int64_t k = k_begin;
+    for (; k + 32 * kU <= k_end; k += 32 * kU) step(k, std::integral_constant<int, kU>{}, std::false_type{});
+    for (; k < k_end; k += 32) step(k, std::integral_constant<int, 1>{}, std::true_type{});
+
+    float* base = sacc + int64_t(ks) * bw * (kMc + 1);
+#pragma unroll
+    for (int t = 0; t < RT; ++t)
+#pragma unroll
+        for (int c = 0; c < NT; ++c) {
+            const int r = rg * 16 * RT + t * 16 + g, col = 8 * c + 2 * q;
+            base[r * (kMc + 1) + col] = acc[t][c][0];
+            base[r * (kMc + 1) + col + 1] = acc[t][c][1];
+            base[(r + 8) * (kMc + 1) + col] = acc[t][c][2];
+            base[(r + 8) * (kMc + 1) + col + 1] = acc[t][c][3];
+        }
+}
+
+// ---- main loop 2: N-major weights, V consecutive weight rows per thread (16-byte loads), 8 K splits, 8 rows.
+template <class T, int V>
+__device__ __forceinline__ void loop_vecn(const ProjArgs& a, const Tile& tile, const RowMap& map, float* sacc, int bw) {
+    constexpr int kMc = 8, kKs = 8;
+    const int vt = threadIdx.x % (bw / V), ks = threadIdx.x / (bw / V);
+    const int j0 = vt * V;
+    const int64_t p0 = map(j0);  // V consecutive logical rows map to V consecutive physical rows (host checks)
+    const T* W = static_cast<const T*>(a.W) + int64_t(tile.e) * a.K * a.R;
+    const T* X = static_cast<const T*>(a.X);
+    const T* xp[kMc];
+#pragma unroll
+    for (int i = 0; i < kMc; ++i)
+        xp[i] = i < tile.nrows ? X + int64_t(a.row_slot[tile.row0 + i] / a.x_div) * a.K : nullptr;
+    float acc[V][kMc];
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+#pragma unroll
+        for (int i = 0; i < kMc; ++i) acc[v][i] = 0.0f;
+    const int64_t kc = (a.K + kKs - 1) / kKs;
+    const int64_t k_begin = ks * kc, k_end = min(a.K, k_begin + kc);
+    if (p0 >= 0) {
+        for (int64_t k = k_begin; k < k_end; ++k) {
+            const uint4 raw = ldg_stream(W + k * a.R + p0);
+            const T* wv = reinterpret_cast<const T*>(&raw);
+            float xv[kMc];
+#pragma unroll
+            for (int i = 0; i < kMc; ++i) xv[i] = xp[i] != nullptr ? to_f32(xp[i][k]) : 0.0f;
+#pragma unroll
+            for (int v = 0; v < V; ++v) {
+                const float w = to_f32(wv[v]);
+#pragma unroll
+                for (int i = 0; i < kMc; ++i) acc[v][i] = fmaf(w, xv[i], acc[v][i]);
+            }
+        }
+    }
+    float* base = sacc + int64_t(ks) * bw * (kMc + 1);
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+#pragma unroll
+        for (int i = 0; i < kMc; ++i) base[(j0 + v) * (kMc + 1) + i] = acc[v][i];
+}
+
+// ---- main loop 3: anything else. Thread = one logical weight row x one of 4 K splits, 8 rows, scalar loads.
+template <class T>
+__device__ __forceinline__ void loop_generic(const ProjArgs& a, const Tile& tile, const RowMap& map, float* sacc,
+                                             int bw) {
+    constexpr int kMc = 8, kKs = 4;
+    const int j = threadIdx.x % bw, ks = threadIdx.x / bw;
+    const int64_t p = map(j);
+    const T* W = static_cast<const T*>(a.W) + int64_t(tile.e) * a.K * a.R;
+    const T* X = static_cast<const T*>(a.X);
+    const T* xp[kMc];
+#pragma unroll
+    for (int i = 0; i < kMc; ++i)
+        xp[i] = i < tile.nrows ? X + int64_t(a.row_slot[tile.row0 + i] / a.x_div) * a.K : nullptr;
+    float acc[kMc];
+#pragma unroll
+    for (int i = 0; i < kMc; ++i) acc[i] = 0.0f;
+    const int64_t kc = (a.K + kKs - 1) / kKs;
+    const int64_t k_begin = ks * kc, k_end = min(a.K, k_begin + kc);
+    if (p >= 0) {
+        const int64_t stride = a.n_major ? a.R : 1;
+        const T* w = a.n_major ? W + p : W + p * a.K;
+#pragma unroll 4
+        for (int64_t k = k_begin; k < k_end; ++k) {
+            const float wk = to_f32(__ldg(w + k * stride));
+#pragma unroll
+            for (int i = 0; i < kMc; ++i)
+                if (xp[i] != nullptr) acc[i] = fmaf(wk, to_f32(xp[i][k]), acc[i]);
+        }
+    }
+    float* base = sacc + int64_t(ks) * bw * (kMc + 1);
+#pragma unroll
+    for (int i = 0; i < kMc; ++i) base[j * (kMc + 1) + i] = acc[i];
+}
+
+// Epilogue: sums the K splits in order, then bias + gate -> h (up), or (bias) * weight -> y (down).
+template <class T>
+__device__ void epilogue(const ProjArgs& a, const Tile& tile, const RowMap& map, const float* sacc, int bw, int ks,
+                         int mc) {
+    const int pitch = mc + 1;
+    const T* bias = a.bias != nullptr ? static_cast<const T*>(a.bias) + int64_t(tile.e) * a.R : nullptr;
+    auto sum = [&](int j, int i) {
+        float s = 0.0f;
+        for (int x = 0; x < ks; ++x) s += sacc[(x * bw + j) * pitch + i];
+        return s;
+    };
+    if (a.proj == Proj::kUpGate) {
+        const int hb = bw / 2;
+        for (int idx = threadIdx.x; idx < tile.nrows * hb; idx += kThreads) {
+            const int i = idx / hb, c = idx % hb;
+            const int64_t ch = map.first + c;
+            if (ch >= a.out_cols) continue;
+            const int gj = a.concatenated ? c : 2 * c, uj = a.concatenated ? hb + c : 2 * c + 1;
+            float gv = sum(gj, i), uv = sum(uj, i);
+            if (bias != nullptr) gv += to_f32(bias[map(gj)]), uv += to_f32(bias[map(uj)]);
+            const int64_t s = a.row_slot[tile.row0 + i];
+            static_cast<T*>(a.out)[s * a.out_cols + ch] = from_f32<T>(apply_gate(a.gp, gv, uv));
+        }
+        return;
+    }
+    for (int idx = threadIdx.x; idx < tile.nrows * bw; idx += kThreads) {
+        const int i = idx / bw, j = idx % bw;
+        const int64_t n = map.first + j;
+        if (n >= a.R) continue;
+        float v = sum(j, i);
+        if (bias != nullptr) v += to_f32(bias[n]);
+        const int64_t s = a.row_slot[tile.row0 + i];
+        if (a.proj == Proj::kUpAct) {
+            static_cast<T*>(a.out)[s * a.out_cols + n] = from_f32<T>(apply_act(a.gp.activation, v));
+        } else {
+            static_cast<float*>(a.out)[s * a.R + n] = v * load_weight(a.weights, a.weights_f32, a.dtype, s);
+        }
+    }
+}
+
+// The last CTA of a column block (all tiles done) sums y over each token's slots in slot order: deterministic,
+// no float atomics. The arrival counter is the only atomic.
+template <class T>
+__device__ void fused_combine(const ProjArgs& a, int64_t n0, int bw) {
+    __shared__ int is_last;
+    __threadfence();  // make this CTA's y stores visible device-wide before arriving
+    __syncthreads();
+    if (threadIdx.x == 0) is_last = atomicAdd(&a.arrive[blockIdx.y], 1) == int(gridDim.x) - 1;
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    const float* y = static_cast<const float*>(a.out);
+    const int64_t cols = min(int64_t(bw), a.R - n0);
+    for (int64_t idx = threadIdx.x; idx < a.T * cols; idx += kThreads) {
+        const int64_t t = idx / cols, n = n0 + idx % cols;
+        float s = 0.0f;
+        for (int64_t j = 0; j < a.k; ++j) {
+            const int64_t slot = t * a.k + j;
+            if (load_expert(a.ids, a.ids_i64, slot, a.E) >= 0) s += __ldcg(y + slot * a.R + n);
+        }
+        static_cast<T*>(a.final_out)[t * a.R + n] = from_f32<T>(s);
+    }
+}
+
+// Grid: x = tiles (tiles_bound; those >= *num_tiles only arrive), y = blocks of bw logical weight rows.
+template <class T, Loop kLoop, int RT, int NT, int V>
+__global__ void __launch_bounds__(kThreads, 2) batched_proj_kernel(const __grid_constant__ ProjArgs a) {
+    // Programmatic dependent launch: this grid may start while the previous kernel finishes; wait for its results
+    // here, then let the next projection's CTAs be scheduled as ours retire (both are no-ops without PDL).
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    extern __shared__ float sacc[];
+    const bool gate = a.proj == Proj::kUpGate;
+    const int bw = kLoop == Loop::kMma ? 16 * RT * (8 / a.ks) : (kLoop == Loop::kVecN ? 32 * V : 64);
+    const int ks = kLoop == Loop::kMma ? a.ks : (kLoop == Loop::kVecN ? 8 : 4);
+    const int mc = kLoop == Loop::kMma ? 8 * NT : 8;
+    const int64_t first = int64_t(blockIdx.y) * (gate ? bw / 2 : bw);
+    const RowMap map{a.R, a.R / 2, first, bw, gate, a.concatenated};
+    const int w = blockIdx.x;
+    if (w < *a.num_tiles) {
+        const Tile tile{a.tile_expert[w], a.tile_row0[w], a.tile_nrows[w]};
+        if constexpr (kLoop == Loop::kMma) {
+            loop_mma<T, RT, NT>(a, tile, map, sacc, bw);
+        } else if constexpr (kLoop == Loop::kVecN) {
+            loop_vecn<T, V>(a, tile, map, sacc, bw);
+        } else {
+            loop_generic<T>(a, tile, map, sacc, bw);
+        }
+        __syncthreads();
+        epilogue<T>(a, tile, map, sacc, bw, ks, mc);
+    }
+    if (a.arrive != nullptr) fused_combine<T>(a, first, bw);
+}
+
+}  // namespace moex::cuda::batched

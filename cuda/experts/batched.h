@@ -1,0 +1,44 @@
+// The batched_mm (decode) projection kernel's argument struct (its configuration is in batched_config.h).
+// One launch computes one projection for every (expert, row chunk) tile; gate, bias, weight and combine are fused.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/numeric.cuh"
+#include "cuda/experts/batched_config.h"
+#include "cuda/launch.h"
+
+namespace moex::cuda::batched {
+
+enum class Proj : int32_t { kUpGate = 0, kUpAct = 1, kDown = 2 };
+
+// One projection over the routed rows: logical weight rows x chunk rows. R physical weight rows (the N of the
+// projection), K the reduced size; weight row j of expert e is W[e, j, :] (K-major) or W[e, :, j] (n_major).
+struct ProjArgs {
+    const void* W;            // (E, R, K) | n_major: (E, K, R)       dtype
+    const void* bias;         // (E, R) dtype, or nullptr
+    const void* X;            // up: x (T, K); down: h (S, K)         dtype; sorted row i reads X[row_slot[i] / x_div]
+    void* out;                // up: h (S, out_cols) dtype; down: y (S, R) float32
+    const int32_t* row_slot;  // (S,) slot of each expert-sorted row
+    const int32_t* tile_expert;  // (tiles_bound,)
+    const int32_t* tile_row0;    // (tiles_bound,)
+    const int32_t* tile_nrows;   // (tiles_bound,) <= chunk rows
+    const int32_t* num_tiles;    // (1,)
+    int64_t R, K, E, out_cols, x_div;
+    Proj proj;
+    bool n_major, concatenated;
+    GateParams gp;
+    // kDown: y[s] = (acc + bias) * topk_weight[s]
+    const void* weights;
+    bool weights_f32;
+    int32_t dtype;  // ActDType
+    // kDown fused combine: the last CTA of each column block sums y over the slots of every token (slot order).
+    int32_t* arrive;  // (column blocks,) zeroed by the routing kernel, or nullptr (no fused combine)
+    void* final_out;  // (T, R) dtype
+    const void* ids;
+    bool ids_i64;
+    int64_t T, k;
+    int32_t ks;  // kMma: K splits (1, 2, 4 or 8); the CTA covers 16 * rt * 8 / ks weight rows
+};
+
+}  // namespace moex::cuda::batched

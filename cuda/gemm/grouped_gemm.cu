@@ -1,0 +1,79 @@
+// launch_grouped_gemm (the chooser: the sm_90a WGMMA kernel for bf16/f16 when it accepts the shape, else the
+// portable kernel) and launch_grouped_gemm_portable with its instantiation list.
+#include <cstdlib>
+#include <cstring>
+
+#include "cuda/common/check.h"
+#include "cuda/common/device.h"
+#include "cuda/gemm/grouped_gemm.h"
+#include "cuda/gemm/grouped_gemm_portable.cuh"
+
+namespace moex::cuda {
+namespace {
+
+// MOEX_GEMM=portable forces the portable kernel (lets the GPU check run every test through both kernels).
+bool force_portable() {
+    static const bool forced = [] {
+        const char* v = std::getenv("MOEX_GEMM");
+        return v != nullptr && std::strcmp(v, "portable") == 0;
+    }();
+    return forced;
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <class T, int V, bool kNMajor>
+void launch_portable_as(const GroupedGemmArgs& g, cudaStream_t stream) {
+    using namespace gemm_portable;
+    auto kernel = grouped_gemm_portable_kernel<T, V, kNMajor>;
+    constexpr size_t smem = smem_bytes<T>();
+    static_assert(smem <= 227 * 1024, "portable GEMM tile does not fit in shared memory");
+    allow_dynamic_smem(kernel, smem);
+    const bool gate = g.epilogue == Epilogue::kGate;
+    const int64_t cols = gate ? ceil_div(g.N / 2, kBN / 2) : ceil_div(g.N, kBN);
+    MOEX_REQUIRE(cols <= 65535 && g.max_m_tiles < (int64_t(1) << 31), ErrorCode::kUnsupported,
+                 "grouped GEMM: N or P too large for the portable kernel's grid");
+    const dim3 grid(unsigned(g.max_m_tiles), unsigned(cols));
+    kernel<<<grid, kThreads, smem, stream>>>(g);
+    MOEX_LAUNCH_CHECK();
+}
+
+template <class T>
+void launch_portable_typed(const GroupedGemmArgs& g, cudaStream_t stream) {
+    constexpr int V = 16 / int(sizeof(T));  // elements per 16-byte vector
+    const bool gate_concat = g.epilogue == Epilogue::kGate && g.concatenated;
+    const bool vec =
+        g.K % V == 0 && g.N % V == 0 && (!gate_concat || (g.N / 2) % V == 0) && aligned16(g.A) && aligned16(g.B);
+    if (g.b_n_major) {
+        if (vec) return launch_portable_as<T, V, true>(g, stream);
+        return launch_portable_as<T, 1, true>(g, stream);
+    }
+    if (vec) return launch_portable_as<T, V, false>(g, stream);
+    return launch_portable_as<T, 1, false>(g, stream);
+}
+
+}  // namespace
+
+void launch_grouped_gemm_portable(const GroupedGemmArgs& g, void* stream) {
+    MOEX_REQUIRE(g.N > 0 && g.K > 0 && g.E > 0 && g.max_m_tiles >= 0, ErrorCode::kInvalidArgument,
+                 "grouped GEMM: empty N, K or E");
+    MOEX_REQUIRE(g.epilogue != Epilogue::kGate || g.N % 2 == 0, ErrorCode::kInvalidArgument,
+                 "grouped GEMM: the gate epilogue needs an even N");
+    if (g.max_m_tiles == 0) return;
+    const cudaStream_t s = as_stream(stream);
+    switch (g.dtype) {
+        case ActDType::kBF16:
+            return launch_portable_typed<__nv_bfloat16>(g, s);
+        case ActDType::kF16:
+            return launch_portable_typed<__half>(g, s);
+        case ActDType::kF32:
+            return launch_portable_typed<float>(g, s);
+    }
+}
+
+void launch_grouped_gemm(const GroupedGemmArgs& g, void* stream) {
+    if (g.dtype != ActDType::kF32 && !force_portable() && launch_grouped_gemm_sm90(g, stream)) return;
+    launch_grouped_gemm_portable(g, stream);
+}
+
+}  // namespace moex::cuda

@@ -1,0 +1,54 @@
+// Launchers of the routing kernels: one fused CTA when S <= 4096 (decode: a single launch), else count / scan /
+// place over 4096-slot chunks; and the row gather into the padded A buffer.
+#include "cuda/common/check.h"
+#include "cuda/common/device.h"
+#include "cuda/routing/routing.cuh"
+
+namespace moex::cuda {
+
+using routing::kChunkSlots;
+using routing::kFusedMaxSlots;
+
+int64_t routing_scratch_ints(int64_t S, int64_t E) { return E * std::max<int64_t>(1, ceil_div(S, kChunkSlots)); }
+
+void launch_routing(const RoutingArgs& a, cudaStream_t stream) {
+    MOEX_REQUIRE(a.S > 0 && a.S < (int64_t(1) << 30) && a.E > 0 && a.E < (int64_t(1) << 24), ErrorCode::kUnsupported,
+                 "routing supports 0 < T*k < 2^30 and 0 < E < 2^24");
+    MOEX_REQUIRE(a.align >= 1 && a.tile_rows >= 1 && (a.align == 1 || a.align == a.tile_rows),
+                 ErrorCode::kInvalidArgument, "routing: tile_rows must equal align, or align must be 1");
+    const size_t fused_smem = size_t(a.E + a.S) * sizeof(int);
+    if (a.S <= kFusedMaxSlots && fused_smem <= 48 * 1024) {
+        routing::route_fused_kernel<<<1, 1024, fused_smem, stream>>>(a);
+        MOEX_LAUNCH_CHECK();
+        return;
+    }
+    const int chunks = int(ceil_div(a.S, kChunkSlots));
+    const size_t count_smem = size_t(a.E) * sizeof(int);
+    const size_t place_smem = size_t(a.E + kChunkSlots) * sizeof(int);
+    allow_dynamic_smem(routing::route_count_kernel, count_smem);
+    allow_dynamic_smem(routing::route_place_kernel, place_smem);
+    routing::route_count_kernel<<<chunks, 256, count_smem, stream>>>(a, chunks);
+    MOEX_LAUNCH_CHECK();
+    routing::route_scan_kernel<<<1, 1024, 0, stream>>>(a, chunks);
+    MOEX_LAUNCH_CHECK();
+    routing::route_place_kernel<<<chunks, 32, place_smem, stream>>>(a, chunks);
+    MOEX_LAUNCH_CHECK();
+}
+
+void launch_gather_rows(const GatherArgs& g, cudaStream_t stream) {
+    const int esize = g.dtype == ActDType::kF32 ? 4 : 2;
+    const int64_t row_bytes = g.H * esize;
+    const bool vec =
+        row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(g.x) % 16 == 0 && reinterpret_cast<uintptr_t>(g.A) % 16 == 0;
+    const int64_t warps_needed = g.rows_bound;
+    const int64_t max_blocks = int64_t(current_device_info().sm_count) * 8;
+    const int blocks = int(std::max<int64_t>(1, std::min(ceil_div(warps_needed, 8), max_blocks)));
+    if (vec) {
+        routing::gather_rows_kernel<true><<<blocks, 256, 0, stream>>>(g, row_bytes);
+    } else {
+        routing::gather_rows_kernel<false><<<blocks, 256, 0, stream>>>(g, row_bytes);
+    }
+    MOEX_LAUNCH_CHECK();
+}
+
+}  // namespace moex::cuda

@@ -1,0 +1,227 @@
+// Routing kernels: a one-CTA fused kernel for decode-sized S (one launch), and count / scan / place kernels for
+// large S. Both share the phases below, so both produce the same, deterministic, stable placement.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/common/numeric.cuh"
+#include "cuda/routing/routing.h"
+
+namespace moex::cuda::routing {
+
+inline constexpr int kFusedMaxSlots = 4096;  // fused kernel: S ids cached in shared memory
+inline constexpr int kChunkSlots = 4096;     // multi-kernel path: slots per count/place CTA
+inline constexpr unsigned kFull = 0xffffffffu;
+
+// Inclusive warp scan of a pair of ints.
+__device__ __forceinline__ int2 warp_inclusive_scan2(int2 v) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const int a = __shfl_up_sync(kFull, v.x, d), b = __shfl_up_sync(kFull, v.y, d);
+        if (lane >= d) v.x += a, v.y += b;
+    }
+    return v;
+}
+
+// Exclusive scan over n items of the block (blockDim.x a multiple of 32, <= 1024). f(i) gives the pair of item i;
+// out(i, excl, own) receives its exclusive prefix. Returns the totals (same in every thread). Deterministic.
+template <class F, class Out>
+__device__ int2 block_exclusive_scan2(int n, F f, Out out) {
+    __shared__ int2 warp_sums[32];
+    __shared__ int2 carry_s;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
+    if (tid == 0) carry_s = make_int2(0, 0);
+    __syncthreads();
+    for (int base = 0; base < n; base += blockDim.x) {
+        const int i = base + tid;
+        const int2 own = i < n ? f(i) : make_int2(0, 0);
+        const int2 inc = warp_inclusive_scan2(own);
+        if (lane == 31) warp_sums[warp] = inc;
+        __syncthreads();
+        if (warp == 0) {
+            int2 w = lane < nwarps ? warp_sums[lane] : make_int2(0, 0);
+            w = warp_inclusive_scan2(w);
+            if (lane < nwarps) warp_sums[lane] = w;  // inclusive prefix over warps
+        }
+        __syncthreads();
+        const int2 carry = carry_s;
+        const int2 before = warp > 0 ? warp_sums[warp - 1] : make_int2(0, 0);
+        if (i < n) out(i, make_int2(carry.x + before.x + inc.x - own.x, carry.y + before.y + inc.y - own.y), own);
+        __syncthreads();
+        if (tid == 0) {
+            const int2 tot = warp_sums[nwarps - 1];
+            carry_s = make_int2(carry.x + tot.x, carry.y + tot.y);
+        }
+        __syncthreads();
+    }
+    return carry_s;
+}
+
+// Scan phase: from counts c_e (count(e)) to padded row starts, tiles, padding markers. Runs in ONE block.
+// Also sets cursor[e] = row_start[e] when cursor != nullptr (shared memory of the fused kernel).
+template <class Count>
+__device__ void scan_phase(const RoutingArgs& a, Count count, int* cursor) {
+    const int E = int(a.E), align = a.align, tr = a.tile_rows;
+    const int2 tot = block_exclusive_scan2(
+        E,
+        [&](int e) {
+            const int c = count(e);
+            const int padded = (c + align - 1) / align * align;
+            const int tiles = (c + tr - 1) / tr;
+            return make_int2(padded, tiles);
+        },
+        [&](int e, int2 excl, int2 own) {
+            const int c = count(e), rs = excl.x, ts = excl.y;
+            a.expert_count[e] = c;
+            a.expert_row_start[e] = rs;
+            if (cursor != nullptr) cursor[e] = rs;
+            for (int t = 0; t < own.y; ++t) {
+                a.tile_expert[ts + t] = e;
+                if (a.tile_row0 != nullptr) a.tile_row0[ts + t] = rs + t * tr;
+                if (a.tile_nrows != nullptr) a.tile_nrows[ts + t] = min(tr, c - t * tr);
+            }
+            for (int r = rs + c; r < rs + own.x; ++r) a.row_slot[r] = -1;  // padding rows of this block
+        });
+    if (threadIdx.x == 0) {
+        a.expert_row_start[E] = tot.x;
+        *a.num_tiles = tot.y;
+    }
+    for (int i = threadIdx.x; i < a.n_zero; i += blockDim.x) a.zero[i] = 0;
+}
+
+// Place phase, one warp, slots [s0, s1) in order: a slot's row is cursor[e] + (earlier slots of e in this step).
+// Stable: slots of one expert get rows in increasing s. `expert_of(s)` reads the cached expert (-1 = sentinel).
+template <class ExpertOf>
+__device__ void place_phase_warp(const RoutingArgs& a, int64_t s0, int64_t s1, ExpertOf expert_of, int* cursor) {
+    const int lane = threadIdx.x & 31;
+    const unsigned lt = (1u << lane) - 1u;
+    for (int64_t base = s0; base < s1; base += 32) {
+        const int64_t s = base + lane;
+        const int e = s < s1 ? expert_of(s) : -1;
+        const unsigned peers = __match_any_sync(kFull, e);
+        const int leader = __ffs(peers) - 1;
+        const int mine = (lane == leader && e >= 0) ? cursor[e] : 0;
+        const int row0 = __shfl_sync(kFull, mine, leader);
+        if (s < s1) {
+            if (e >= 0) {
+                const int row = row0 + __popc(peers & lt);
+                a.slot_row[s] = row;
+                a.row_slot[row] = int(s);
+            } else {
+                a.slot_row[s] = -1;
+            }
+        }
+        if (lane == leader && e >= 0) cursor[e] = row0 + __popc(peers);
+        __syncwarp();
+    }
+}
+
+// One CTA does everything (S <= kFusedMaxSlots): count in shared memory, scan, place with warp 0.
+// Dynamic shared memory: (E + S) ints.
+__global__ void __launch_bounds__(1024) route_fused_kernel(const __grid_constant__ RoutingArgs a) {
+    // Lets a PDL-launched consumer (the decode projection) be scheduled now; it waits for our results itself.
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    extern __shared__ int smem[];
+    int* hist = smem;          // (E,) counts, then cursors
+    int* slot_e = smem + a.E;  // (S,) expert of each slot
+    for (int e = threadIdx.x; e < a.E; e += blockDim.x) hist[e] = 0;
+    __syncthreads();
+    for (int s = threadIdx.x; s < a.S; s += blockDim.x) {
+        const int e = load_expert(a.ids, a.ids_i64, s, a.E);
+        slot_e[s] = e;
+        if (e >= 0) atomicAdd(&hist[e], 1);  // integer counts: order-independent, deterministic
+    }
+    __syncthreads();
+    // Each e is read (count) and then overwritten (cursor) by the same thread inside the scan.
+    scan_phase(
+        a, [&](int e) { return hist[e]; }, hist);
+    __syncthreads();
+    if (threadIdx.x < 32)
+        place_phase_warp(
+            a, 0, a.S, [&](int64_t s) { return slot_e[s]; }, hist);
+}
+
+// Multi-kernel path, 1/3: per-chunk histograms into scratch (E, C), expert-major.
+__global__ void __launch_bounds__(256) route_count_kernel(const __grid_constant__ RoutingArgs a, int num_chunks) {
+    extern __shared__ int hist[];  // (E,)
+    const int c = blockIdx.x;
+    for (int e = threadIdx.x; e < a.E; e += blockDim.x) hist[e] = 0;
+    __syncthreads();
+    const int64_t s0 = int64_t(c) * kChunkSlots, s1 = min(a.S, s0 + kChunkSlots);
+    for (int64_t s = s0 + threadIdx.x; s < s1; s += blockDim.x) {
+        const int e = load_expert(a.ids, a.ids_i64, s, a.E);
+        if (e >= 0) atomicAdd(&hist[e], 1);
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < a.E; e += blockDim.x) a.scratch[int64_t(e) * num_chunks + c] = hist[e];
+}
+
+// 2/3 (one CTA): per expert, exclusive scan over chunks in place (scratch becomes chunk offsets), then scan_phase.
+__global__ void __launch_bounds__(1024) route_scan_kernel(const __grid_constant__ RoutingArgs a, int num_chunks) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    for (int e = warp; e < a.E; e += nwarps) {
+        int* col = a.scratch + int64_t(e) * num_chunks;
+        int carry = 0;
+        for (int base = 0; base < num_chunks; base += 32) {
+            const int c = base + lane;
+            const int v = c < num_chunks ? col[c] : 0;
+            int inc = v;
+#pragma unroll
+            for (int d = 1; d < 32; d <<= 1) {
+                const int t = __shfl_up_sync(kFull, inc, d);
+                if (lane >= d) inc += t;
+            }
+            if (c < num_chunks) col[c] = carry + inc - v;
+            carry += __shfl_sync(kFull, inc, 31);
+        }
+        if (lane == 0) a.expert_count[e] = carry;
+    }
+    __syncthreads();
+    scan_phase(
+        a, [&](int e) { return a.expert_count[e]; }, nullptr);
+}
+
+// 3/3: one warp per chunk: cursors = row_start + chunk offset, then the stable placement of the chunk's slots.
+__global__ void __launch_bounds__(32) route_place_kernel(const __grid_constant__ RoutingArgs a, int num_chunks) {
+    extern __shared__ int smem[];
+    int* cursor = smem;        // (E,)
+    int* slot_e = smem + a.E;  // (kChunkSlots,)
+    const int c = blockIdx.x;
+    for (int e = threadIdx.x; e < a.E; e += 32)
+        cursor[e] = a.expert_row_start[e] + a.scratch[int64_t(e) * num_chunks + c];
+    const int64_t s0 = int64_t(c) * kChunkSlots, s1 = min(a.S, s0 + kChunkSlots);
+    for (int64_t s = s0 + threadIdx.x; s < s1; s += 32) slot_e[s - s0] = load_expert(a.ids, a.ids_i64, s, a.E);
+    __syncwarp();
+    place_phase_warp(
+        a, s0, s1, [&](int64_t s) { return slot_e[s - s0]; }, cursor);
+}
+
+// Row gather: one warp per row, 16-byte copies when rows are 16-byte aligned.
+template <bool kVec16>
+__global__ void __launch_bounds__(256) gather_rows_kernel(const __grid_constant__ GatherArgs g, int64_t row_bytes) {
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
+    const int total = *g.total_rows;
+    for (int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); r < total; r += warps) {
+        const int s = g.row_slot[r];
+        char* dst = static_cast<char*>(g.A) + r * row_bytes;
+        const char* src = s >= 0 ? static_cast<const char*>(g.x) + int64_t(s / g.k) * row_bytes : nullptr;
+        if (kVec16) {
+            const int64_t n = row_bytes / 16;
+            for (int64_t i = lane; i < n; i += 32)
+                reinterpret_cast<uint4*>(dst)[i] =
+                    src ? __ldg(reinterpret_cast<const uint4*>(src) + i) : uint4{0, 0, 0, 0};
+        } else {
+            const int64_t n = row_bytes / 2;  // every dtype is a multiple of 2 bytes
+            for (int64_t i = lane; i < n; i += 32)
+                reinterpret_cast<uint16_t*>(dst)[i] = src ? reinterpret_cast<const uint16_t*>(src)[i] : uint16_t(0);
+        }
+        if (lane == 0 && g.row_scale != nullptr)
+            g.row_scale[r] = s >= 0 ? load_weight(g.topk_weights, g.weights_f32, int(g.dtype), s) : 0.0f;
+    }
+}
+
+}  // namespace moex::cuda::routing

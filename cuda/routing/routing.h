@@ -1,0 +1,63 @@
+// Device routing for the experts pipelines: (T, k) ids -> per-expert counts, padded row blocks, work tiles and the
+// slot <-> row maps (stable: inside an expert rows follow the slot order s = t*k + j), plus the row gather of x.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda/launch.h"
+
+namespace moex::cuda {
+
+// Row space and tile bounds the host can compute without reading the routing back.
+// Every non-empty expert block is rounded up to `align` rows, so P <= S + min(E, S) * (align - 1).
+inline int64_t routing_rows_bound(int64_t S, int64_t E, int64_t align) {
+    const int64_t p = S + std::min(E, S) * (align - 1);
+    return (p + align - 1) / align * align;
+}
+// Tiles of `tile_rows` rows: exactly P / tile_rows when tile_rows == align, else sum ceil(c_e / tile_rows) over the
+// non-empty experts, which is at most ceil(S / tile_rows) + min(E, S).
+inline int64_t routing_tiles_bound(int64_t S, int64_t E, int64_t align, int64_t tile_rows) {
+    if (tile_rows == align) return routing_rows_bound(S, E, align) / align;
+    return (S + tile_rows - 1) / tile_rows + std::min(E, S);
+}
+int64_t routing_scratch_ints(int64_t S, int64_t E);  // size of RoutingArgs::scratch
+
+struct RoutingArgs {
+    const void* ids;  // (S,) = (T, k) flattened; int32 | int64 (ids_i64); values outside [0, E) are sentinels
+    bool ids_i64;
+    int64_t S, E;
+    int32_t align;              // each expert's row block starts at a multiple of this (kRowAlign or 1)
+    int32_t tile_rows;          // rows per work tile; either == align or align == 1
+    int32_t* expert_count;      // (E,)     real rows of each expert
+    int32_t* expert_row_start;  // (E + 1,) padded start of each expert block; [E] = rows used
+    int32_t* tile_expert;       // (tiles_bound,) expert of each tile, experts ascending
+    int32_t* tile_row0;         // (tiles_bound,) first row of each tile, or nullptr
+    int32_t* tile_nrows;        // (tiles_bound,) real rows in each tile, or nullptr
+    int32_t* num_tiles;         // (1,)
+    int32_t* slot_row;          // (S,)          padded row of slot s, -1 for a sentinel slot
+    int32_t* row_slot;          // (rows_bound,) slot of row r, -1 for a padding row (rows < expert_row_start[E])
+    int32_t* zero;              // (n_zero,) ints zeroed on the way (arrival counters of later kernels), or nullptr
+    int32_t n_zero;
+    int32_t* scratch;  // (routing_scratch_ints(S, E),)
+};
+void launch_routing(const RoutingArgs& args, cudaStream_t stream);
+
+// A[r, :] = x[row_slot[r] / k, :] for the used rows, zero for padding rows; row_scale[r] = routing weight (0 for
+// padding). Rows at or past *total_rows are not touched (no tile reads them).
+struct GatherArgs {
+    const void* x;              // (T, H) dtype
+    void* A;                    // (rows_bound, H) dtype
+    float* row_scale;           // (rows_bound,) or nullptr
+    const void* topk_weights;   // (S,) float32 (weights_f32) | dtype
+    const int32_t* row_slot;    // (rows_bound,)
+    const int32_t* total_rows;  // (1,) = expert_row_start + E
+    int64_t rows_bound, H, k;
+    ActDType dtype;
+    bool weights_f32;
+};
+void launch_gather_rows(const GatherArgs& args, cudaStream_t stream);
+
+}  // namespace moex::cuda
