@@ -1,0 +1,202 @@
+// `moex bench`: backends × shapes × token counts (CPU; CUDA too). Measures the machine's floor terms first, then times
+// every case against them (and against llama.cpp's MUL_MAT_ID for the qwen3 shape). Shapes come from tests/shapes.h.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <memory>
+#include <new>
+
+#include "bench/cases.h"
+#include "bench/machine.h"
+#include "bench/report.h"
+#include "moex/device.h"
+#include "moex/error.h"
+#include "tests/shapes.h"
+#include "tools/cli.h"
+
+namespace moex::bench {
+namespace {
+
+constexpr int64_t kHopperL2Bytes = 60LL << 20;  // H200 L2 (anchors.md §1): what weight rotation must exceed on CUDA
+
+struct BenchArgs {
+    std::string device = "cpu", dtype = "bf16";
+    std::vector<std::string> backends, shapes;
+    std::vector<int64_t> tokens{shapes::kBenchTokens.begin(), shapes::kBenchTokens.end()};
+    int threads = 0, reps = 5, warmup = 1;
+    double case_seconds = 10, max_weight_gb = 6, peak_gflops = 0, peak_gbps = 0;
+    int64_t read_mib = 1024, gemm_n = 2048;
+    uint64_t seed = 0;
+    bool json = false, floor_only = false;
+};
+
+std::vector<shapes::ExpertsShape> pick_shapes(const std::vector<std::string>& names) {
+    if (names.empty()) return {shapes::kModelShapes.begin(), shapes::kModelShapes.end()};
+    std::vector<shapes::ExpertsShape> out;
+    for (const auto& n : names) {
+        const shapes::ExpertsShape* found = nullptr;
+        std::string valid;
+        for (const auto& s : shapes::kModelShapes) {
+            if (s.name == n) found = &s;
+            valid += (valid.empty() ? "" : ", ") + std::string(s.name);
+        }
+        MOEX_REQUIRE(found != nullptr, ErrorCode::kInvalidArgument, "unknown shape `" + n + "`; valid: " + valid);
+        out.push_back(*found);
+    }
+    return out;
+}
+
+// The backends to time and, for each one left out, why. Default: every registered backend (built-in or not).
+std::vector<const Backend*> pick_backends(const std::vector<std::string>& names, Device device,
+                                          std::vector<std::string>& notes) {
+    const auto& registry = ExpertsInterface::global();
+    const std::vector<std::string> all = names.empty() ? registry.names() : names;
+    std::vector<const Backend*> out;
+    for (const auto& n : all) {
+        const Backend& b = registry.get(n);  // an unknown name: the registry's error, listing the valid ones
+        if (auto why = b.unavailable(device))
+            notes.push_back(fmt::format("{} skipped: {}", n, *why));
+        else
+            out.push_back(&b);
+    }
+    return out;
+}
+
+BenchConfig make_config(const BenchArgs& a) {
+    BenchConfig c;
+    c.device = cli::parse_device(a.device);
+    MOEX_REQUIRE(c.device == Device::kCPU || cuda_device_count() > 0, ErrorCode::kUnsupported,
+                 "--device cuda: no CUDA device is usable (a build without CUDA, or no GPU on this machine)");
+    c.dtype = cli::parse_activation_dtype(a.dtype);
+    c.threads = cli::resolve_threads(a.threads);
+    MOEX_REQUIRE(a.reps >= 1 && a.warmup >= 0, ErrorCode::kInvalidArgument, "--reps must be >= 1, --warmup >= 0");
+    MOEX_REQUIRE(a.case_seconds > 0 && a.max_weight_gb > 0, ErrorCode::kInvalidArgument,
+                 "--case-seconds and --max-weight-gb must be positive");
+    MOEX_REQUIRE(a.read_mib >= 64 && a.gemm_n >= 64, ErrorCode::kInvalidArgument,
+                 "--read-mib and --gemm-n must be >= 64");
+    for (int64_t t : a.tokens)
+        MOEX_REQUIRE(t >= 1, ErrorCode::kInvalidArgument, "--tokens must all be >= 1, got " + std::to_string(t));
+    c.reps = a.reps;
+    c.warmup = a.warmup;
+    c.case_seconds = a.case_seconds;
+    c.seed = a.seed;
+    c.max_weight_bytes = int64_t(a.max_weight_gb * double(1LL << 30));
+    return c;
+}
+
+// Measured on the CPU; on CUDA only what --peak-* gives. --peak-* also override a measured term.
+MachineFloor make_floor(const BenchArgs& a, const BenchConfig& c, std::vector<std::string>& notes) {
+    MachineFloor floor;
+    if (c.device == Device::kCPU)
+        floor = measure_floor(c.threads, c.dtype, a.read_mib << 20, a.gemm_n);
+    else if (a.peak_gflops <= 0 || a.peak_gbps <= 0)
+        notes.push_back(
+            "floor terms are not measured on CUDA: give --peak-gflops and --peak-gbps (baselines.md "
+            "measured 790000 and 4300 on the H200); timings are wall clock around run() + device sync");
+    if (a.peak_gflops > 0) {
+        floor.gemms.push_back({"given by --peak-gflops", a.peak_gflops});
+        floor.gemm_gflops = a.peak_gflops, floor.gemm_best = "given by --peak-gflops";
+    }
+    if (a.peak_gbps > 0) floor.read_gbps = a.peak_gbps;
+    return floor;
+}
+
+// Every (T, backend) case of one shape; returns how many failed (error, or NaN left in the output).
+int run_shape(const ShapePlan& plan, const BenchArgs& a, const BenchConfig& config,
+              const std::vector<const Backend*>& backends, const MachineFloor& floor, Reporter& report) {
+    std::unique_ptr<ShapeBench> bench;
+    try {
+        bench = std::make_unique<ShapeBench>(plan, config);
+    } catch (const std::exception& e) {  // bad_alloc, or moex::Error from a refused allocation
+        report.note(fmt::format("{}: could not allocate {:.1f} GB of weights ({}); lower --max-weight-gb",
+                                plan.model.name, double(plan.set_bytes) * plan.sets * 1e-9, e.what()));
+        return 1;
+    }
+    int failures = 0;
+    for (int64_t T : a.tokens)
+        for (const Backend* b : backends) {
+            Row row{.plan = &plan,
+                    .T = T,
+                    .backend = std::string(b->name()),
+                    .device = config.device,
+                    .dtype = config.dtype,
+                    .threads = config.threads};
+            try {
+                row.result = bench->run(*b, T);
+            } catch (const Error& e) {
+                row.error = e.what();
+            } catch (const std::bad_alloc&) {
+                row.error = "out of memory";
+            }
+            failures += !row.error.empty() || !row.result.output_ok;
+            report.row(row, floor);
+        }
+    return failures;
+}
+
+void run(const BenchArgs& a) {
+    BenchConfig config = make_config(a);
+    const CpuInfo cpu = probe_cpu();
+    config.llc_bytes = config.device == Device::kCPU ? cpu.llc_bytes : kHopperL2Bytes;
+    std::vector<std::string> notes;
+    const auto backends = pick_backends(a.backends, config.device, notes);
+    std::vector<ShapePlan> plans;
+    for (const auto& s : pick_shapes(a.shapes)) {
+        plans.push_back(plan_shape(s, config));
+        if (!plans.back().note.empty()) notes.push_back(plans.back().note);
+    }
+    if (config.threads > cpu.hardware_threads)
+        notes.push_back(fmt::format("--threads {} exceeds the {} hardware threads: timings include oversubscription",
+                                    config.threads, cpu.hardware_threads));
+    const MachineFloor floor = make_floor(a, config, notes);
+    Reporter report(a.json);
+    report.header(cpu, floor, config, cli::command_line());
+    for (const auto& n : notes) report.note(n);
+    if (a.floor_only) return;
+    if (backends.empty())
+        fail(ErrorCode::kUnsupported, "no selected backend can run on " + std::string(device_name(config.device)));
+
+    report.table_start();
+    int failures = 0;
+    for (const auto& plan : plans) failures += run_shape(plan, a, config, backends, floor, report);
+    if (failures > 0)
+        fail(ErrorCode::kUnsupported,
+             fmt::format("{} bench case(s) failed (see the ERROR / NaN rows above)", failures));
+}
+
+}  // namespace
+}  // namespace moex::bench
+
+namespace moex::cli {
+
+void add_bench_command(CLI::App& app) {
+    auto a = std::make_shared<bench::BenchArgs>();
+    CLI::App* cmd = app.add_subcommand("bench",
+                                       "Time backends × shapes × token counts against the machine's "
+                                       "measured floor");
+    cmd->add_option("--device", a->device, "cpu or cuda (CUDA: no measured floor; see --peak-*)")
+        ->capture_default_str();
+    cmd->add_option("--backends", a->backends, "Comma-separated backend names (default: every registered one)")
+        ->delimiter(',');
+    cmd->add_option("--shapes", a->shapes, "Comma-separated shape names from tests/shapes.h (default: all)")
+        ->delimiter(',');
+    cmd->add_option("--tokens", a->tokens, "Comma-separated token counts")->delimiter(',')->capture_default_str();
+    cmd->add_option("--dtype", a->dtype, "Activation and weight dtype: bf16, f16, f32")->capture_default_str();
+    cmd->add_option("--threads", a->threads, "CPU threads (0 = all hardware threads)")->capture_default_str();
+    cmd->add_option("--reps", a->reps, "Timed repetitions per case (median reported)")->capture_default_str();
+    cmd->add_option("--warmup", a->warmup, "Untimed repetitions first")->capture_default_str();
+    cmd->add_option("--case-seconds", a->case_seconds, "Cut repetitions so a case takes about this long")
+        ->capture_default_str();
+    cmd->add_option("--max-weight-gb", a->max_weight_gb, "Weight memory per shape (GiB); E is reduced to fit")
+        ->capture_default_str();
+    cmd->add_option("--peak-gflops", a->peak_gflops, "Use this GEMM rate for the floor instead of the measured one");
+    cmd->add_option("--peak-gbps", a->peak_gbps, "Use this bandwidth for the floor instead of the measured one");
+    cmd->add_option("--read-mib", a->read_mib, "Buffer for the bandwidth test (MiB)")->capture_default_str();
+    cmd->add_option("--gemm-n", a->gemm_n, "M = N = K of the dense GEMM test")->capture_default_str();
+    cmd->add_option("--seed", a->seed, "Random seed")->capture_default_str();
+    cmd->add_flag("--floor-only", a->floor_only, "Measure and print the floor terms, time nothing");
+    cmd->add_flag("--json", a->json, "One JSON object per line");
+    cmd->callback([a] { bench::run(*a); });
+}
+
+}  // namespace moex::cli

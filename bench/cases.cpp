@@ -1,0 +1,172 @@
+// Weight-set planning and the timing loop of `moex bench` (wall clock, steady_clock, median of repetitions).
+#include "bench/cases.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <string_view>
+
+#include "moex/error.h"
+#include "tools/random_data.h"
+
+namespace moex::bench {
+namespace {
+
+constexpr double kWeightStd = 0.02;    // the HF baselines' N(0, 0.02); here U(-a, a) of the same std (faster to make)
+constexpr int64_t kCacheMultiple = 4;  // all sets together >= 4x LLC, so a repetition cannot find its experts cached
+
+uint64_t fnv1a(std::string_view s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (char c : s) h = (h ^ uint8_t(c)) * 0x100000001b3ull;
+    return h;
+}
+
+bool all_finite(const TensorView& t) {
+    const int64_t n = t.numel();
+    for (int64_t i = 0; i < n; ++i) {
+        const float v = t.dtype == DType::kF32    ? t.ptr<float>()[i]
+                        : t.dtype == DType::kBF16 ? bf16_to_f32(t.ptr<uint16_t>()[i])
+                                                  : f16_to_f32(t.ptr<uint16_t>()[i]);
+        if (!std::isfinite(v)) return false;
+    }
+    return true;
+}
+
+struct Routing {
+    DeviceTensor index;    // (T, k) i64, as the Hugging Face routers produce
+    DeviceTensor weights;  // (T, k) f32
+    int64_t touched = 0;
+};
+
+// Random weights on `device`: filled in place on the CPU, through one host staging copy for CUDA.
+DeviceTensor random_weights(DType dtype, std::initializer_list<int64_t> shape, uint64_t seed, Device device,
+                            int threads) {
+    if (device == Device::kCPU) {
+        DeviceTensor t(dtype, shape.begin(), int(shape.size()), device);
+        cli::fill_random(t.view(), kWeightStd, seed, cli::Distribution::kUniform, threads);
+        return t;
+    }
+    Tensor host(dtype, shape);
+    cli::fill_random(host.view(), kWeightStd, seed, cli::Distribution::kUniform, threads);
+    return DeviceTensor::from_host(host.view(), device);
+}
+
+}  // namespace
+
+ShapePlan plan_shape(const shapes::ExpertsShape& s, const BenchConfig& c) {
+    ShapePlan p;
+    p.model = s;
+    const int64_t per_expert = 3 * s.H * s.I * dtype_size(c.dtype);
+    p.E = s.E;
+    if (per_expert * s.E > c.max_weight_bytes) {
+        int64_t e = 1;
+        while (e * 2 <= s.E && per_expert * e * 2 <= c.max_weight_bytes) e *= 2;
+        MOEX_REQUIRE(e >= s.k && per_expert * e <= c.max_weight_bytes, ErrorCode::kInvalidArgument,
+                     fmt::format("{}: even k = {} experts ({:.2f} GB in {}) exceed --max-weight-gb {:.1f}", s.name, s.k,
+                                 double(per_expert * s.k) * 1e-9, dtype_name(c.dtype),
+                                 double(c.max_weight_bytes) / double(1LL << 30)));
+        p.E = e;
+        p.note = fmt::format(
+            "{} E {}→{}: the full weight set ({:.1f} GB {}) exceeds --max-weight-gb {:.1f}; routing is "
+            "uniform over the {} experts kept",
+            s.name, s.E, e, double(per_expert * s.E) * 1e-9, dtype_name(c.dtype),
+            double(c.max_weight_bytes) / double(1LL << 30), e);
+    }
+    p.set_bytes = per_expert * p.E;
+    const int64_t want = kCacheMultiple * c.llc_bytes;
+    p.sets = int(std::max<int64_t>(1, (want + p.set_bytes - 1) / p.set_bytes));
+    if (p.sets > 1) {
+        const int64_t fit = std::max<int64_t>(1, c.max_weight_bytes / p.set_bytes);
+        p.sets = int(std::min<int64_t>(p.sets, fit));
+        p.note += fmt::format("{}{}: one weight set is {:.1f} MB, under {}x the {} MB cache: {} sets rotated",
+                              p.note.empty() ? "" : "; ", s.name, double(p.set_bytes) * 1e-6, kCacheMultiple,
+                              c.llc_bytes >> 20, p.sets);
+    }
+    return p;
+}
+
+ShapeBench::ShapeBench(const ShapePlan& plan, const BenchConfig& config) : plan_(plan), config_(config) {
+    const auto& m = plan.model;
+    for (int s = 0; s < plan.sets; ++s) {
+        const uint64_t seed = cli::mix_seed(config.seed, uint64_t(s) * 2 + 1);
+        gate_up_.push_back(random_weights(config.dtype, {plan.E, 2 * m.I, m.H}, seed, config.device, config.threads));
+        down_.push_back(random_weights(config.dtype, {plan.E, m.H, m.I}, seed + 1, config.device, config.threads));
+    }
+}
+
+CaseResult ShapeBench::run(const Backend& backend, int64_t T) const {
+    const auto& m = plan_.model;
+    const uint64_t case_seed = cli::mix_seed(cli::mix_seed(config_.seed, fnv1a(m.name)), T);
+    const Device dev = config_.device;
+    Tensor x_host(config_.dtype, {T, m.H});
+    cli::fill_random(x_host.view(), 1.0, case_seed, cli::Distribution::kNormal, config_.threads);
+    const DeviceTensor x = DeviceTensor::from_host(x_host.view(), dev);
+    const int64_t out_shape[2] = {T, m.H};
+    DeviceTensor out(config_.dtype, out_shape, 2, dev);
+
+    const int runs = config_.warmup + config_.reps;
+    std::vector<Routing> routings(static_cast<size_t>(runs));
+    for (int r = 0; r < runs; ++r) {  // all made and uploaded before any timing
+        Tensor index(DType::kI64, {T, m.k}), weights(DType::kF32, {T, m.k});
+        cli::random_routing(index.view(), weights.view(), plan_.E, cli::mix_seed(case_seed, uint64_t(r) + 7));
+        auto& rt = routings[size_t(r)];
+        rt.touched = cli::count_touched_experts(index.view(), plan_.E);
+        rt.index = DeviceTensor::from_host(index.view(), dev);
+        rt.weights = DeviceTensor::from_host(weights.view(), dev);
+    }
+    auto problem_for = [&](int r) {
+        ExpertsProblem p;
+        p.hidden_states = x.view();
+        p.top_k_index = routings[size_t(r)].index.view();
+        p.top_k_weights = routings[size_t(r)].weights.view();
+        p.gate_up_proj = gate_up_[size_t(r % plan_.sets)].view();
+        p.down_proj = down_[size_t(r % plan_.sets)].view();
+        return p;
+    };
+
+    CaseResult res;
+    if (auto why = backend.why_not(problem_for(0))) {
+        res.skip = *why;
+        return res;
+    }
+    const RunOptions options{.num_threads = config_.threads};
+    out.fill_bytes(0xff);  // NaN in bf16, f16 and f32: a row left unwritten shows
+    auto time_one = [&](int r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        backend.run(problem_for(r), out.view(), options);
+        device_synchronize(dev);
+        return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    };
+    double warm_us = 0;
+    for (int w = 0; w < config_.warmup; ++w) warm_us = time_one(w);
+
+    std::vector<double> us;
+    double touched = 0;
+    if (config_.warmup > 0 && warm_us * 1e-6 > config_.case_seconds) {  // one call is already over budget
+        res.warmup_only = true;
+        us.push_back(warm_us);
+        touched = double(routings[size_t(config_.warmup - 1)].touched);
+    } else {
+        int reps = config_.reps;
+        if (warm_us > 0) reps = std::clamp(int(config_.case_seconds * 1e6 / warm_us), 1, config_.reps);
+        for (int r = config_.warmup; r < config_.warmup + reps; ++r) {
+            us.push_back(time_one(r));
+            touched += double(routings[size_t(r)].touched);
+        }
+        touched /= double(reps);
+    }
+    res.reps = int(us.size());
+    res.e_touched = touched;
+    std::sort(us.begin(), us.end());
+    const size_t n = us.size();
+    res.median_us = n % 2 ? us[n / 2] : 0.5 * (us[n / 2 - 1] + us[n / 2]);
+    res.min_us = us.front();
+    Tensor out_host(config_.dtype, {T, m.H});
+    out.copy_to_host(out_host.view());
+    res.output_ok = all_finite(out_host.view());
+    return res;
+}
+
+}  // namespace moex::bench

@@ -1,0 +1,64 @@
+// The cases of `moex bench`: per shape, weight sets sized to memory (E reduced when needed, said in a note) and
+// rotated past the last-level cache; per (backend, T), fresh uniform routing for each repetition, warm-up, median.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "moex/backend.h"
+#include "moex/device.h"
+#include "tests/shapes.h"
+
+namespace moex::bench {
+
+struct BenchConfig {
+    Device device = Device::kCPU;  // CUDA: weights, routing and output live on the GPU; timing syncs the device
+    DType dtype = DType::kBF16;
+    int threads = 1;
+    int reps = 5;
+    int warmup = 1;
+    double case_seconds = 10;  // repetitions are cut so that one case takes about this long
+    uint64_t seed = 0;
+    int64_t max_weight_bytes = 6LL << 30;  // all weight sets of one shape together
+    int64_t llc_bytes = 32LL << 20;        // the cache that must not hold a repetition's experts (CPU LLC, GPU L2)
+};
+
+struct ShapePlan {
+    shapes::ExpertsShape model;  // the model's own sizes
+    int64_t E = 0;               // experts allocated and routed to (<= model.E)
+    int sets = 1;                // weight sets rotated per repetition
+    int64_t set_bytes = 0;       // one set: gate_up_proj + down_proj
+    std::string note;            // what was reduced and why; empty when nothing was
+};
+
+// Chooses E and the number of sets: E = model.E when it fits in max_weight_bytes, else the largest power of two
+// (>= k) that does; enough sets that all of them together exceed 4x the last-level cache. Throws when even k
+// experts do not fit.
+ShapePlan plan_shape(const shapes::ExpertsShape& shape, const BenchConfig& config);
+
+struct CaseResult {
+    std::string skip;  // non-empty: the backend cannot run this case (why_not), nothing was timed
+    double median_us = 0, min_us = 0;
+    int reps = 0;              // timed repetitions (the warm-up itself when warmup_only)
+    bool warmup_only = false;  // the warm-up took longer than case_seconds and is the one sample
+    double e_touched = 0;      // mean distinct experts per timed repetition
+    bool output_ok = true;     // no NaN left from the poisoned output
+};
+
+// Owns the weight sets of one shape.
+class ShapeBench {
+   public:
+    ShapeBench(const ShapePlan& plan, const BenchConfig& config);
+    const ShapePlan& plan() const { return plan_; }
+    // Times `backend` at T tokens. The routings depend on (seed, shape, T) only, so every backend sees the same.
+    CaseResult run(const Backend& backend, int64_t T) const;
+
+   private:
+    ShapePlan plan_;
+    BenchConfig config_;
+    std::vector<DeviceTensor> gate_up_;  // per set: (E, 2I, H)
+    std::vector<DeviceTensor> down_;     // per set: (E, H, I)
+};
+
+}  // namespace moex::bench

@@ -1,0 +1,234 @@
+// The machine's floor terms for `moex bench`: cache size from sysfs, a multithreaded streaming-read bandwidth test,
+// and dense GEMM rates of OpenBLAS (dlopen'ed: no build dependency) and of moex::cpu::dense_gemm.
+#include "bench/machine.h"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <thread>
+#include <tuple>
+
+#include "moex/error.h"
+#include "moex/tensor.h"
+#include "src/cpu/gemm.h"
+#include "tools/random_data.h"
+
+namespace moex::bench {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// "32768K" -> bytes.
+int64_t parse_cache_size(const std::string& s) {
+    char* end = nullptr;
+    const long long v = std::strtoll(s.c_str(), &end, 10);
+    if (end == s.c_str() || v <= 0) return 0;
+    const char unit = *end;
+    return int64_t(v) * (unit == 'K' ? 1024 : unit == 'M' ? 1024 * 1024 : unit == 'G' ? 1024LL * 1024 * 1024 : 1);
+}
+
+// Largest data/unified cache listed under cpu0 in sysfs (the L3 here); sysconf's value is not trusted because in a
+// VM it can report the host's cache (getconf said 256 MiB on a 32 MiB guest).
+std::pair<int64_t, std::string> last_level_cache() {
+    int64_t best = 0;
+    std::string source;
+    for (int i = 0; i < 8; ++i) {
+        const std::string dir = fmt::format("/sys/devices/system/cpu/cpu0/cache/index{}/", i);
+        std::ifstream type(dir + "type"), size(dir + "size");
+        std::string t, s;
+        if (!(type >> t) || !(size >> s) || t == "Instruction") continue;
+        if (int64_t b = parse_cache_size(s); b > best) best = b, source = dir + "size";
+    }
+    if (best == 0) return {32 << 20, "default (sysfs has no cache sizes)"};
+    return {best, source};
+}
+
+// Sums n floats read as S interleaved sequential streams (n / S each, n a multiple of 8·S): one stream is what a
+// plain loop does; several streams keep more cache-line fills in flight, which some server cores need to saturate.
+template <int S>
+__attribute__((target("avx2"))) double sum_avx2(const float* p, int64_t n) {
+    const int64_t m = n / S;
+    __m256 acc[S];
+    for (int s = 0; s < S; ++s) acc[s] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < m; i += 8)
+        for (int s = 0; s < S; ++s) acc[s] = _mm256_add_ps(acc[s], _mm256_load_ps(p + s * m + i));
+    alignas(32) float lanes[8];
+    double total = 0;
+    for (int s = 0; s < S; ++s) {
+        _mm256_store_ps(lanes, acc[s]);
+        for (float v : lanes) total += v;
+    }
+    return total;
+}
+
+double sum_scalar(const float* p, int64_t n) {
+    float a[8] = {};
+    for (int64_t i = 0; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; ++j) a[j] += p[i + j];
+    return double(a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7]);
+}
+
+// Runs fn(thread, begin, end) over [0, n) split in `threads` 4 KiB-aligned slices, on fresh std::threads.
+template <class Fn>
+void parallel_slices(int threads, int64_t n, Fn fn) {
+    std::vector<std::thread> pool;
+    const int64_t per = (n + threads - 1) / threads;
+    for (int w = 0; w < threads; ++w) {
+        const int64_t b = std::min(n, w * per), e = std::min(n, b + per);
+        pool.emplace_back([=] { fn(w, b, e); });
+    }
+    for (auto& t : pool) t.join();
+}
+
+// Signatures of the OpenBLAS entry points we use (cblas.h's enums are plain ints in the ABI; bfloat16 is uint16_t).
+using SgemmFn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
+using SbgemmFn = void (*)(int, int, int, int, int, int, float, const uint16_t*, int, const uint16_t*, int, float,
+                          float*, int);
+using SetThreadsFn = void (*)(int);
+constexpr int kCblasRowMajor = 101, kCblasNoTrans = 111, kCblasTrans = 112;
+
+template <class Fn>
+double best_gflops(int64_t n, int tries, Fn fn) {
+    auto t0 = std::chrono::steady_clock::now();
+    fn();  // warm-up: page faults, thread pools, packing buffers
+    double best = seconds_since(t0);
+    if (best > 2.0) tries = 1;  // a slow (generic) kernel: one more run is enough to show it
+    for (int i = 0; i < tries; ++i) {
+        t0 = std::chrono::steady_clock::now();
+        fn();
+        best = std::min(best, seconds_since(t0));
+    }
+    return 2.0 * double(n) * double(n) * double(n) / best * 1e-9;
+}
+
+// cblas_sgemm, and cblas_sbgemm (bf16 A and B, f32 C; OpenBLAS >= 0.3.10) when the weights are bf16.
+void measure_openblas(MachineFloor& f, int threads, DType weight_dtype, const float* A, const float* B, float* C,
+                      int64_t n) {
+    void* lib = nullptr;
+    for (const char* name : {"libopenblas.so.0", "libopenblas.so"})
+        if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
+    if (lib == nullptr) {
+        f.notes.push_back("OpenBLAS not measured: libopenblas.so.0 not found (apt-get install libopenblas0)");
+        return;
+    }
+    auto sgemm = reinterpret_cast<SgemmFn>(dlsym(lib, "cblas_sgemm"));
+    auto set_threads = reinterpret_cast<SetThreadsFn>(dlsym(lib, "openblas_set_num_threads"));
+    if (sgemm == nullptr) {
+        f.notes.push_back("OpenBLAS not measured: no cblas_sgemm symbol");
+        return;
+    }
+    if (set_threads != nullptr) set_threads(threads);
+    const int N = int(n);
+    const double g = best_gflops(
+        n, 3, [&] { sgemm(kCblasRowMajor, kCblasNoTrans, kCblasTrans, N, N, N, 1.0f, A, N, B, N, 0.0f, C, N); });
+    f.gemms.push_back({"OpenBLAS cblas_sgemm f32", g});
+    auto sbgemm = reinterpret_cast<SbgemmFn>(dlsym(lib, "cblas_sbgemm"));
+    if (weight_dtype == DType::kBF16 && sbgemm != nullptr) {
+        Tensor A16(DType::kBF16, {n, n}), B16(DType::kBF16, {n, n});
+        cli::fill_random(A16.view(), 1.0, 3, cli::Distribution::kUniform, threads);
+        cli::fill_random(B16.view(), 0.02, 4, cli::Distribution::kUniform, threads);
+        const auto* a16 = static_cast<const uint16_t*>(A16.data());
+        const auto* b16 = static_cast<const uint16_t*>(B16.data());
+        const double g16 = best_gflops(n, 3, [&] {
+            sbgemm(kCblasRowMajor, kCblasNoTrans, kCblasTrans, N, N, N, 1.0f, a16, N, b16, N, 0.0f, C, N);
+        });
+        f.gemms.push_back({"OpenBLAS cblas_sbgemm bf16 x bf16", g16});
+    } else if (weight_dtype == DType::kBF16) {
+        f.notes.push_back(
+            "OpenBLAS bf16 GEMM not measured: this libopenblas has no cblas_sbgemm (built without "
+            "BUILD_BFLOAT16)");
+    }
+    // The library stays loaded: its worker threads may still be parked, and unloading under them is unsafe.
+}
+
+}  // namespace
+
+CpuInfo probe_cpu() {
+    CpuInfo c;
+    std::ifstream info("/proc/cpuinfo");
+    for (std::string line; std::getline(info, line);)
+        if (line.rfind("model name", 0) == 0) {
+            c.model = line.substr(line.find(':') + 2);
+            break;
+        }
+    c.hardware_threads = int(std::max(1u, std::thread::hardware_concurrency()));
+    std::tie(c.llc_bytes, c.llc_source) = last_level_cache();
+    __builtin_cpu_init();
+    const std::pair<const char*, bool> flags[] = {
+        {"avx2", __builtin_cpu_supports("avx2")},         {"fma", __builtin_cpu_supports("fma")},
+        {"f16c", __builtin_cpu_supports("f16c")},         {"avx512f", __builtin_cpu_supports("avx512f")},
+        {"avx512bw", __builtin_cpu_supports("avx512bw")}, {"avx512bf16", __builtin_cpu_supports("avx512bf16")},
+        {"amx-bf16", __builtin_cpu_supports("amx-bf16")},
+    };
+    for (const auto& [name, on] : flags)
+        if (on) c.isa += (c.isa.empty() ? "" : " ") + std::string(name);
+    if (!__builtin_cpu_supports("avx512f")) c.isa += " (no AVX-512)";
+    return c;
+}
+
+double measure_read_bandwidth(int threads, int64_t bytes, int tries) {
+    const int64_t unit = int64_t(threads) * 8 * 1024;  // whole 4 KiB pages per thread, 8-stream divisible
+    const int64_t n = std::max<int64_t>(1, bytes / 4 / unit) * unit;
+    Tensor buf(DType::kF32, {n});
+    float* p = static_cast<float*>(buf.data());
+    parallel_slices(threads, n, [&](int, int64_t b, int64_t e) {  // first touch by the reading threads
+        for (int64_t i = b; i < e; ++i) p[i] = 1.0f;
+    });
+    const bool avx2 = __builtin_cpu_supports("avx2");
+    std::vector<double> sums(static_cast<size_t>(threads));
+    double best = 1e30;
+    for (int i = 0; i < 2 * tries; ++i) {  // alternate 1 and 8 streams per thread; keep the fastest
+        const bool many = i % 2 == 1;
+        const auto t0 = std::chrono::steady_clock::now();
+        parallel_slices(threads, n, [&](int w, int64_t b, int64_t e) {
+            sums[size_t(w)] = !avx2  ? sum_scalar(p + b, e - b)
+                              : many ? sum_avx2<8>(p + b, e - b)
+                                     : sum_avx2<1>(p + b, e - b);
+        });
+        best = std::min(best, seconds_since(t0));
+    }
+    double total = 0;  // keep the sums alive so the loads cannot be optimised away
+    for (double s : sums) total += s;
+    if (total < 0) std::abort();
+    return double(n) * 4.0 / best * 1e-9;
+}
+
+MachineFloor measure_floor(int threads, DType weight_dtype, int64_t read_bytes, int64_t gemm_n) {
+    MachineFloor f;
+    f.read_buffer_bytes = read_bytes;
+    f.read_gbps = measure_read_bandwidth(threads, read_bytes, 5);
+    f.gemm_size = gemm_n;
+
+    const int64_t n = gemm_n;
+    Tensor A(DType::kF32, {n, n}), B(DType::kF32, {n, n}), C(DType::kF32, {n, n});
+    cli::fill_random(A.view(), 1.0, 1, cli::Distribution::kUniform, threads);
+    cli::fill_random(B.view(), 0.02, 2, cli::Distribution::kUniform, threads);
+    const float* a = static_cast<const float*>(A.data());
+    measure_openblas(f, threads, weight_dtype, a, static_cast<const float*>(B.data()), static_cast<float*>(C.data()),
+                     n);
+    float* c = static_cast<float*>(C.data());
+    const double g32 = best_gflops(n, 3, [&] { cpu::dense_gemm(a, B.data(), DType::kF32, c, n, n, n, threads); });
+    f.gemms.push_back({"moex dense_gemm f32", g32});
+    if (weight_dtype != DType::kF32) {
+        Tensor B16(weight_dtype, {n, n});
+        cli::fill_random(B16.view(), 0.02, 2, cli::Distribution::kUniform, threads);
+        const double g16 =
+            best_gflops(n, 3, [&] { cpu::dense_gemm(a, B16.data(), weight_dtype, c, n, n, n, threads); });
+        f.gemms.push_back({fmt::format("moex dense_gemm {}-weight", dtype_name(weight_dtype)), g16});
+    }
+    for (const auto& g : f.gemms)
+        if (g.gflops > f.gemm_gflops) f.gemm_gflops = g.gflops, f.gemm_best = g.what;
+    MOEX_REQUIRE(f.gemm_gflops > 0, ErrorCode::kUnsupported,
+                 "no dense GEMM could be measured for the compute floor (neither OpenBLAS nor moex dense_gemm)");
+    return f;
+}
+
+}  // namespace moex::bench

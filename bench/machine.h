@@ -1,0 +1,44 @@
+// What `moex bench` measures about the machine before any case: CPU model, ISA, last-level cache size, and the two
+// floor terms — streaming read bandwidth of a buffer far larger than the cache, and the best dense GEMM rate.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "moex/dtype.h"
+
+namespace moex::bench {
+
+struct CpuInfo {
+    std::string model;  // /proc/cpuinfo "model name"
+    int hardware_threads = 1;
+    int64_t llc_bytes = 0;   // last-level cache size
+    std::string llc_source;  // where llc_bytes came from
+    std::string isa;         // e.g. "avx2 fma f16c" or "avx2 fma f16c avx512f avx512bf16"
+};
+CpuInfo probe_cpu();
+
+struct GemmRate {
+    std::string what;  // e.g. "OpenBLAS cblas_sgemm f32"
+    double gflops = 0;
+};
+
+struct MachineFloor {
+    double read_gbps = 0;  // best multithreaded streaming read, 1e9 bytes/s
+    int64_t read_buffer_bytes = 0;
+    std::vector<GemmRate> gemms;  // every dense GEMM measured; the floor uses the fastest
+    double gemm_gflops = 0;
+    std::string gemm_best;
+    int64_t gemm_size = 0;           // M = N = K
+    std::vector<std::string> notes;  // what could not be measured, and why
+};
+
+// Best of `tries` multithreaded AVX2 (or scalar) reads of a `bytes`-sized buffer, in 1e9 bytes/s.
+double measure_read_bandwidth(int threads, int64_t bytes, int tries);
+
+// Memory bandwidth plus dense C = A·Bᵀ GEMM at n×n×n: OpenBLAS cblas_sgemm (loaded with dlopen, so the program
+// does not depend on it), moex::cpu::dense_gemm with f32 weights and with `weight_dtype` weights.
+MachineFloor measure_floor(int threads, DType weight_dtype, int64_t read_bytes, int64_t gemm_n);
+
+}  // namespace moex::bench

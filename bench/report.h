@@ -1,0 +1,55 @@
+// Output of `moex bench`: a header (machine, measured floor terms, notes), then one row per case, as a text table
+// or as JSON lines (one object per line, "kind": machine | floor | note | result | skip | error).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "bench/cases.h"
+#include "bench/machine.h"
+
+namespace moex::bench {
+
+// llama.cpp's ggml MUL_MAT_ID on the CPU for one qwen3-30b-a3b projection (128 experts of 768×2048, top-8,
+// activations f32), from shared/perf/baselines.md. Per projection; a layer has three.
+struct LlamaAnchor {
+    int64_t T;
+    double f16_weights_us, f32_weights_us;
+};
+inline constexpr LlamaAnchor kLlamaQwen3[] = {{1, 245, 586}, {8, 3173, 4690}, {64, 16113, 17645}, {512, 94231, 84600}};
+inline constexpr const char* kLlamaShape = "qwen3-30b-a3b";
+
+struct Row {
+    const ShapePlan* plan = nullptr;
+    int64_t T = 0;
+    std::string backend;
+    Device device = Device::kCPU;
+    DType dtype = DType::kBF16;
+    int threads = 1;
+    CaseResult result;
+    std::string error;  // the run threw moex::Error
+};
+
+struct Derived {
+    double gflop = 0, gbytes = 0;          // 6·T·k·H·I; dtype·3·H·I·E_touched
+    double gflops = 0, gbps = 0;           // per second at the median
+    double floor_us = 0, x_floor = 0;      // max(FLOPs / GEMM rate, bytes / bandwidth); median ÷ floor (0: no floor)
+    std::optional<double> llama_layer_us;  // 3 × the per-projection anchor, when the case matches one
+    std::string llama_weights;             // "f16" or "f32"
+};
+Derived derive(const Row& row, const MachineFloor& floor);
+
+class Reporter {
+   public:
+    explicit Reporter(bool json) : json_(json) {}
+    void header(const CpuInfo& cpu, const MachineFloor& floor, const BenchConfig& config,
+                const std::string& commandline);
+    void note(const std::string& text);
+    void table_start();
+    void row(const Row& row, const MachineFloor& floor);
+
+   private:
+    bool json_;
+};
+
+}  // namespace moex::bench
