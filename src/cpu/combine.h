@@ -1,0 +1,19 @@
+// The ends of a pass: hidden states widened to f32 once per token (the GEMMs gather rows by pointer), and the
+// combine out[t] = Σ_j w[t,j]·y[row(t,j)] in slot order j = 0..k-1 in f32, converted to the output dtype once.
+#pragma once
+
+#include <cstdint>
+
+#include "src/cpu/parallel.h"
+#include "src/cpu/plan.h"
+#include "src/cpu/routing.h"
+
+namespace moex::cpu {
+
+// x[t0:t1] as (t1 - t0, H) f32: the input itself when it is f32, else a widened copy in buf.
+const float* x_as_f32(const Plan& q, int64_t t0, int64_t t1, FloatBuffer& buf, int threads);
+
+// out[t0:t1] from y (rows, H); sentinel slots (slot_row < 0) are skipped, whatever their weight.
+void combine(const Plan& q, const Routing& r, int64_t t0, int64_t t1, const float* y, void* out, int threads);
+
+}  // namespace moex::cpu

@@ -1,0 +1,54 @@
+// Tuning of the CPU path as pure functions of the shape: cache blocking of the packed GEMM, the row count where the
+// streaming kernel hands over to it, task widths, and the token chunk that bounds the scratch memory.
+#pragma once
+
+#include <cstdint>
+
+namespace moex::cpu {
+
+// The three GEMM paths, chosen by the rows m of a task (tokens routed to one expert):
+//  kStream: B streamed once from DRAM, widened in registers (stream_avx2.cpp): dot form on rows layouts (one 8-lane
+//           accumulator per output), axpy form on transposed ones. Up to the ridge (~11 GB/s DRAM vs ~85 GFLOP/s per
+//           core, bf16: m flop per byte) time is the weights' bytes, and packing them would only add work.
+//  kDirect: transposed weights only: the 6x16 microkernel reads B in place (16 contiguous columns per k).
+//  kPacked: B widened and packed into 16-wide panels, the 6x16 microkernel at ~85% of the fma peak.
+enum class GemmPath : uint8_t { kStream, kDirect, kPacked };
+
+inline GemmPath choose_path(int64_t m, bool transposed) {
+    if (m <= (transposed ? 4 : 24)) return GemmPath::kStream;  // rows: measured crossover with packed at 24-32
+    if (transposed && m <= 48) return GemmPath::kDirect;
+    return GemmPath::kPacked;
+}
+
+// Blocking of the packed path for a 32 KiB L1d / 512 KiB L2 core (Zen 3): the B block kc x nc f32 (128 KiB) stays
+// in L2, each 6-row tile of A (6 x kc f32) in L1 while it meets all nc/16 panels. B is read in runs of kc (rows
+// layout: 512 bytes of bf16) or nc elements (transposed: 1 KiB). The direct path uses kc only (k block of B rows).
+struct PackBlock {
+    int64_t nc, kc;
+};
+inline PackBlock pack_block(bool transposed) { return transposed ? PackBlock{512, 64} : PackBlock{128, 256}; }
+
+// kMc bounds a packed task's rows (its C tile, 1024 x 128 f32 = 512 KiB) and splits huge experts for balance.
+inline constexpr int64_t kMc = 1024;
+
+// Columns of I (up, gated: times 2 weight rows) or of H (down) per task. Rows layout: streaming tasks read 256-512 KiB
+// of bf16, so 2 threads get >= 8 tasks per decode expert. Transposed: a (K, N) column slice is read as strided runs,
+// which this DRAM serves at ~7 GB/s whatever the thread count, so small-m tasks take full rows (contiguous bytes).
+inline int64_t up_task_cols(GemmPath path, bool transposed, int64_t I) {
+    if (transposed) return path == GemmPath::kPacked ? 256 : I;
+    return path == GemmPath::kStream ? 64 : 128;
+}
+inline int64_t down_task_cols(GemmPath path, bool transposed, int64_t H) {
+    if (transposed) return path == GemmPath::kPacked ? 256 : H;
+    return 128;
+}
+
+// Tokens per pass: the pass keeps x, h (rows, I) and y (rows, H) in f32, up to 512 MiB (4096 tokens of
+// Qwen3-30B-A3B in one pass: 96 KiB per token). The caller thread keeps this workspace between calls.
+inline int64_t token_chunk(int64_t T, int64_t k, int64_t H, int64_t I) {
+    const int64_t per_token = (k * (H + I) + H) * 4;
+    const int64_t chunk = (int64_t(512) << 20) / (per_token > 0 ? per_token : 1);
+    return chunk < 1 ? 1 : chunk < T ? chunk : T;
+}
+
+}  // namespace moex::cpu

@@ -1,0 +1,99 @@
+// Task lists of the up and down projections and the task bodies: gather rows by pointer, GEMM, gate or bias.
+#include "src/cpu/expert_mlp.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "src/cpu/config.h"
+#include "src/cpu/gate.h"
+#include "src/cpu/gemm.h"
+#include "src/cpu/parallel.h"
+
+namespace moex::cpu {
+namespace {
+
+struct Task {
+    int64_t g, r0, r1;  // group, rows [r0, r1)
+    int64_t c0, c1;     // columns: of I (up) or of H (down)
+};
+
+// A group keeps all its rows in one task (its weights are read once) and splits columns only, except for packed
+// groups above kMc rows, split into balanced row blocks. Kernel paths depend on the rows of a task only.
+// A run of groups of one expert with equal rows (batched_mm's single rows) is ordered column block first, so the
+// block of weights they share is read from DRAM once and then from L2.
+std::vector<Task> make_tasks(const Plan& q, const Routing& r, int64_t g0, int64_t g1, bool up) {
+    const bool tr = q.p->is_transposed;
+    const int64_t width = up ? q.I : q.H;
+    auto rows = [&](int64_t g) { return r.begin[size_t(g) + 1] - r.begin[size_t(g)]; };
+    std::vector<Task> tasks;
+    for (int64_t run = g0, end = g0; run < g1; run = end) {
+        for (end = run + 1; end < g1 && r.expert[size_t(end)] == r.expert[size_t(run)] && rows(end) == rows(run);) ++end;
+        const int64_t m = rows(run);
+        const GemmPath path = choose_path(m, tr);
+        const int64_t blocks = path == GemmPath::kPacked ? (m + kMc - 1) / kMc : 1;
+        const int64_t cols = up ? up_task_cols(path, tr, q.I) : down_task_cols(path, tr, q.H);
+        for (int64_t i = 0; i < blocks; ++i)
+            for (int64_t c0 = 0; c0 < width; c0 += cols)
+                for (int64_t g = run; g < end; ++g) {
+                    const int64_t b = r.begin[size_t(g)];
+                    tasks.push_back({g, b + m * i / blocks, b + m * (i + 1) / blocks, c0, std::min(c0 + cols, width)});
+                }
+    }
+    return tasks;
+}
+
+const float** row_pointers(int64_t m) {
+    thread_local std::vector<const float*> ptrs;
+    if (int64_t(ptrs.size()) < m) ptrs.resize(size_t(m));
+    return ptrs.data();
+}
+
+void up_task(const Plan& q, const Routing& r, const Task& t, const float* x, float* h) {
+    const int64_t m = t.r1 - t.r0, ni = t.c1 - t.c0, e = r.expert[size_t(t.g)];
+    const float** a = row_pointers(m);
+    for (int64_t i = 0; i < m; ++i) a[i] = x + int64_t(r.token[size_t(t.r0 + i)]) * q.H;
+    const int64_t width = up_task_width(q, ni);
+    float* tile = thread_scratch(1, m * width);  // (m, width): see gate.h for the column order
+    const WeightMat w = q.up(e);
+    switch (q.layout) {
+        case GateLayout::kConcatenated:
+            if (ni == q.I) {  // all of I: gate and up rows are adjacent, one pass reads whole rows of B
+                gemm_rows(a, m, w, 2 * ni, tile, width);
+                break;
+            }
+            gemm_rows(a, m, w.from_row(t.c0), ni, tile, width);
+            gemm_rows(a, m, w.from_row(q.I + t.c0), ni, tile + ni, width);
+            break;
+        case GateLayout::kInterleaved: gemm_rows(a, m, w.from_row(2 * t.c0), 2 * ni, tile, width); break;
+        case GateLayout::kUngated: gemm_rows(a, m, w.from_row(t.c0), ni, tile, width); break;
+    }
+    apply_gate(q, e, tile, m, t.c0, ni, h + t.r0 * q.I + t.c0, q.I);
+}
+
+void down_task(const Plan& q, const Routing& r, const Task& t, const float* h, float* y) {
+    const int64_t m = t.r1 - t.r0, n = t.c1 - t.c0, e = r.expert[size_t(t.g)];
+    const float** a = row_pointers(m);
+    for (int64_t i = 0; i < m; ++i) a[i] = h + (t.r0 + i) * q.I;
+    float* c = y + t.r0 * q.H + t.c0;  // (m, n) with row stride H
+    gemm_rows(a, m, q.down(e).from_row(t.c0), n, c, q.H);
+    if (!q.down_bias) return;
+    float* b = thread_scratch(2, n);
+    const int64_t es = dtype_size(q.dtype);
+    to_f32(static_cast<const char*>(q.down_bias) + (e * q.H + t.c0) * es, q.dtype, n, b);
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) c[i * q.H + j] += b[j];
+}
+
+}  // namespace
+
+void run_up(const Plan& q, const Routing& r, int64_t g0, int64_t g1, const float* x, float* h, int threads) {
+    const std::vector<Task> tasks = make_tasks(q, r, g0, g1, true);
+    parallel_for(int64_t(tasks.size()), threads, [&](int64_t i) { up_task(q, r, tasks[size_t(i)], x, h); });
+}
+
+void run_down(const Plan& q, const Routing& r, int64_t g0, int64_t g1, const float* h, float* y, int threads) {
+    const std::vector<Task> tasks = make_tasks(q, r, g0, g1, false);
+    parallel_for(int64_t(tasks.size()), threads, [&](int64_t i) { down_task(q, r, tasks[size_t(i)], h, y); });
+}
+
+}  // namespace moex::cpu

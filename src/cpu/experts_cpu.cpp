@@ -1,0 +1,58 @@
+// The three CPU experts algorithms. They share the passes (routing, up, down, combine) and differ in schedule:
+// eager runs hit experts one after another, batched_mm one GEMV per (token, slot), grouped_mm all experts at once.
+#include "src/cpu/experts_cpu.h"
+
+#include "src/cpu/combine.h"
+#include "src/cpu/config.h"
+#include "src/cpu/expert_mlp.h"
+
+namespace moex::cpu {
+namespace {
+
+enum class Schedule { kEager, kBatched, kGrouped };
+
+// Scratch of the calling thread, kept between calls: a pass needs up to 512 MiB (config.h token_chunk), and
+// first-touch page faults on a fresh buffer would cost ~5% of a prefill call.
+struct Workspace {
+    FloatBuffer x, h, y;
+};
+
+void run(const ExpertsProblem& p, const TensorView& out, int num_threads, Schedule schedule) {
+    const Plan q = make_plan(p);
+    const int threads = resolve_threads(num_threads);
+    thread_local Workspace ws;
+    const int64_t chunk = token_chunk(q.T, q.k, q.H, q.I);
+    for (int64_t t0 = 0; t0 < q.T; t0 += chunk) {
+        const int64_t t1 = q.T - t0 < chunk ? q.T : t0 + chunk;
+        const float* x = x_as_f32(q, t0, t1, ws.x, threads);
+        const Routing r = schedule == Schedule::kBatched ? route_by_slot(q, t0, t1) : route_by_expert(q, t0, t1);
+        float* h = ws.h.get(r.rows() * q.I);  // (rows, I)
+        float* y = ws.y.get(r.rows() * q.H);  // (rows, H)
+        if (schedule == Schedule::kEager) {
+            for (int64_t g = 0; g < r.groups(); ++g) {
+                run_up(q, r, g, g + 1, x, h, threads);
+                run_down(q, r, g, g + 1, h, y, threads);
+            }
+        } else {
+            run_up(q, r, 0, r.groups(), x, h, threads);
+            run_down(q, r, 0, r.groups(), h, y, threads);
+        }
+        combine(q, r, t0, t1, y, out.data, threads);
+    }
+}
+
+}  // namespace
+
+void run_eager(const ExpertsProblem& p, const TensorView& out, int num_threads) {
+    run(p, out, num_threads, Schedule::kEager);
+}
+
+void run_batched(const ExpertsProblem& p, const TensorView& out, int num_threads) {
+    run(p, out, num_threads, Schedule::kBatched);
+}
+
+void run_grouped(const ExpertsProblem& p, const TensorView& out, int num_threads) {
+    run(p, out, num_threads, Schedule::kGrouped);
+}
+
+}  // namespace moex::cpu

@@ -1,0 +1,115 @@
+// The GEMM driver: kernel choice by row count, cache blocking of the packed path, and dense_gemm for the benchmark.
+#include "src/cpu/gemm.h"
+
+#include <vector>
+
+#include "src/cpu/config.h"
+#include "src/cpu/kernels.h"
+#include "src/cpu/parallel.h"
+
+namespace moex::cpu {
+namespace {
+
+// Software prefetch of B's next k block into L2, a slice per microkernel call. Packing reads 512-byte runs of bf16:
+// far too short for the hardware prefetcher, which leaves packing waiting on DRAM.
+class NextBlock {
+   public:
+    NextBlock(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, int64_t calls) : b_(b), k0_(k0) {
+        const int64_t es = dtype_size(b.dtype);
+        runs_ = b.transposed ? kc : n;  // storage rows touched, each `bytes` long
+        run_lines_ = ((b.transposed ? n : kc) * es + 63) / 64;
+        per_call_ = (runs_ * run_lines_ + calls - 1) / (calls > 0 ? calls : 1);
+    }
+    void step() {
+        const int64_t es = dtype_size(b_.dtype), end = runs_ * run_lines_;
+        for (int64_t i = 0; i < per_call_ && next_ < end; ++i, ++next_) {
+            const int64_t run = next_ / run_lines_, line = next_ % run_lines_;
+            const int64_t elem = b_.transposed ? (k0_ + run) * b_.ld : run * b_.ld + k0_;
+            __builtin_prefetch(static_cast<const char*>(b_.data) + elem * es + line * 64, 0, 2);
+        }
+    }
+
+   private:
+    const WeightMat& b_;
+    int64_t k0_, runs_ = 0, run_lines_ = 0, per_call_ = 0, next_ = 0;
+};
+
+// C = A·Bᵀ through packed panels; n <= nc. Loop order: k block (the B block, kc x n f32 <= 128 KiB, packed once and
+// kept in L2) -> 6-row tile of A (6 x kc f32, stays in L1) -> 16-wide panel (streamed from L2). The rows of A are
+// read once per k block, so any m works without re-packing B. Each element is one fma chain in increasing k.
+void gemm_packed(const KernelTable& kt, const float* const* a, int64_t m, const WeightMat& b, int64_t n, int64_t kcb,
+                 float* c, int64_t ldc) {
+    float* pack = thread_scratch(0, kcb * ((n + kNr - 1) / kNr) * kNr);
+    const int64_t calls = ((m + kMr - 1) / kMr) * ((n + kNr - 1) / kNr);
+    for (int64_t k0 = 0; k0 < b.K; k0 += kcb) {
+        const int64_t kc = b.K - k0 < kcb ? b.K - k0 : kcb;
+        kt.pack_b(b, n, k0, kc, pack);
+        const int64_t k1 = k0 + kc;
+        NextBlock next(b, n, k1, b.K - k1 < kcb ? b.K - k1 : kcb, calls);
+        for (int64_t r = 0; r < m; r += kMr) {
+            const int mr = int(m - r < kMr ? m - r : kMr);
+            for (int64_t p = 0; p < n; p += kNr) {
+                const int nr = int(n - p < kNr ? n - p : kNr);
+                next.step();
+                kt.micro(a + r, mr, k0, pack + (p / kNr) * kc * kNr, kc, c + r * ldc + p, ldc, nr, k0 > 0);
+            }
+        }
+    }
+}
+
+// Transposed B at medium m: the microkernel reads B in place (16 contiguous columns per k row), so nothing is packed.
+// k blocks outermost: a block is kc whole rows of B's storage (contiguous when n spans them), prefetched into L2 one
+// block ahead as in gemm_packed.
+void gemm_direct(const KernelTable& kt, const float* const* a, int64_t m, const WeightMat& b, int64_t n, int64_t kcb,
+                 float* c, int64_t ldc) {
+    const int64_t calls = ((m + kMr - 1) / kMr) * ((n + kNr - 1) / kNr);
+    NextBlock first(b, n, 0, b.K < kcb ? b.K : kcb, 1);
+    first.step();
+    for (int64_t k0 = 0; k0 < b.K; k0 += kcb) {
+        const int64_t kc = b.K - k0 < kcb ? b.K - k0 : kcb, k1 = k0 + kc;
+        NextBlock next(b, n, k1, b.K - k1 < kcb ? b.K - k1 : kcb, calls);
+        for (int64_t r = 0; r < m; r += kMr) {
+            const int mr = int(m - r < kMr ? m - r : kMr);
+            for (int64_t p = 0; p < n; p += kNr) {
+                const int nr = int(n - p < kNr ? n - p : kNr);
+                next.step();
+                kt.micro_direct(a + r, mr, k0, b.from_row(p), kc, c + r * ldc + p, ldc, nr, k0 > 0);
+            }
+        }
+    }
+}
+
+}  // namespace
+
+void gemm_rows(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc) {
+    const KernelTable& kt = kernels();
+    const GemmPath path = choose_path(m, b.transposed);
+    if (path == GemmPath::kStream) return kt.stream(a, m, b, n, c, ldc);
+    const PackBlock blk = pack_block(b.transposed);
+    if (path == GemmPath::kDirect) return gemm_direct(kt, a, m, b, n, blk.kc, c, ldc);
+    for (int64_t n0 = 0; n0 < n; n0 += blk.nc)
+        gemm_packed(kt, a, m, b.from_row(n0), n - n0 < blk.nc ? n - n0 : blk.nc, blk.kc, c + n0, ldc);
+}
+
+void dense_gemm(const float* A, const void* B, DType b_dtype, float* C, int64_t M, int64_t N, int64_t K,
+                int num_threads) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {
+        for (int64_t i = 0; i < M * N; ++i) C[i] = 0.0f;
+        return;
+    }
+    const WeightMat b{B, b_dtype, false, K, K};
+    std::vector<const float*> rows(static_cast<size_t>(M));
+    for (int64_t r = 0; r < M; ++r) rows[size_t(r)] = A + r * K;
+    // Tasks as in the experts path: balanced row blocks of <= kMc (one path for all), columns in B-block widths.
+    const bool stream = choose_path(M, false) == GemmPath::kStream;
+    const int64_t tm = stream ? 1 : (M + kMc - 1) / kMc, nb = stream ? 64 : pack_block(false).nc;
+    const int64_t tn = (N + nb - 1) / nb;
+    parallel_for(tm * tn, resolve_threads(num_threads), [&](int64_t task) {
+        const int64_t i = task / tn, r0 = M * i / tm, r1 = M * (i + 1) / tm;
+        const int64_t n0 = (task % tn) * nb, n = N - n0 < nb ? N - n0 : nb;
+        gemm_rows(rows.data() + r0, r1 - r0, b.from_row(n0), n, C + r0 * N + n0, N);
+    });
+}
+
+}  // namespace moex::cpu

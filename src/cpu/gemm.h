@@ -1,0 +1,21 @@
+// The GEMM driver shared by the experts algorithms and the benchmark: C = A·Bᵀ with A rows given by pointers
+// (the token gather is free) and B one expert's weights in place (bf16/f16/f32, rows or transposed).
+#pragma once
+
+#include <cstdint>
+
+#include "moex/dtype.h"
+#include "src/cpu/plan.h"
+
+namespace moex::cpu {
+
+// C[r*ldc + c] = Σ_k a[r][k]·B(c, k) for r < m, c < n, K = b.K. Single-threaded (a task of the caller).
+// The path (config.h choose_path) depends on m and the layout only: streaming kernel, direct or packed microkernel.
+void gemm_rows(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc);
+
+// Dense C (M, N) = A (M, K) row-major · Bᵀ, B (N, K) row-major in b_dtype (f32 | bf16 | f16), on num_threads
+// threads (0 = all). The machine's GEMM rate with the same kernels as the experts path.
+void dense_gemm(const float* A, const void* B, DType b_dtype, float* C, int64_t M, int64_t N, int64_t K,
+                int num_threads);
+
+}  // namespace moex::cpu

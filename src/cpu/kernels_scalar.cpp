@@ -1,0 +1,96 @@
+// Portable scalar kernels (any CPU) and the run-time choice of the kernel table (cpuid, MOEX_CPU_KERNELS).
+// Same contracts as the AVX2 table; each element is a plain sequential sum over k (c += a*b, no fused multiply-add).
+#include <cstdlib>
+#include <string_view>
+
+#include "src/cpu/gate.h"
+#include "src/cpu/kernels.h"
+
+namespace moex::cpu {
+
+extern const KernelTable kAvx2Table;  // kernels_avx2.cpp; its code runs only after the cpuid check below
+
+namespace {
+
+float elem(const WeightMat& b, int64_t n, int64_t k) {
+    const int64_t i = b.transposed ? k * b.ld + n : n * b.ld + k;
+    switch (b.dtype) {
+        case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(b.data)[i]);
+        case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(b.data)[i]);
+        default: return static_cast<const float*>(b.data)[i];
+    }
+}
+
+void stream_scalar(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc) {
+    for (int64_t r = 0; r < m; ++r)
+        for (int64_t j = 0; j < n; ++j) c[r * ldc + j] = 0.0f;
+    if (!b.transposed) {
+        for (int64_t j = 0; j < n; ++j)
+            for (int64_t r = 0; r < m; ++r) {
+                float s = 0.0f;
+                for (int64_t kk = 0; kk < b.K; ++kk) s += a[r][kk] * elem(b, j, kk);
+                c[r * ldc + j] = s;
+            }
+        return;
+    }
+    for (int64_t kk = 0; kk < b.K; ++kk)
+        for (int64_t j = 0; j < n; ++j) {
+            const float w = elem(b, j, kk);
+            for (int64_t r = 0; r < m; ++r) c[r * ldc + j] += a[r][kk] * w;
+        }
+}
+
+void pack_b_scalar(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, float* dst) {
+    for (int64_t p = 0; p < n; p += kNr)
+        for (int64_t kk = 0; kk < kc; ++kk)
+            for (int c = 0; c < kNr; ++c) *dst++ = p + c < n ? elem(b, p + c, k0 + kk) : 0.0f;
+}
+
+void micro_scalar(const float* const* a, int mr, int64_t k0, const float* panel, int64_t kc, float* c, int64_t ldc,
+                  int nr, bool acc) {
+    for (int r = 0; r < mr; ++r)
+        for (int j = 0; j < nr; ++j) {
+            float s = acc ? c[r * ldc + j] : 0.0f;
+            for (int64_t kk = 0; kk < kc; ++kk) s += a[r][k0 + kk] * panel[kk * kNr + j];
+            c[r * ldc + j] = s;
+        }
+}
+
+void micro_direct_scalar(const float* const* a, int mr, int64_t k0, const WeightMat& b, int64_t kc, float* c,
+                         int64_t ldc, int nr, bool acc) {
+    for (int r = 0; r < mr; ++r)
+        for (int j = 0; j < nr; ++j) {
+            float s = acc ? c[r * ldc + j] : 0.0f;
+            for (int64_t kk = 0; kk < kc; ++kk) s += a[r][k0 + kk] * elem(b, j, k0 + kk);
+            c[r * ldc + j] = s;
+        }
+}
+
+const KernelTable kScalarTable{"scalar",           stream_scalar,       pack_b_scalar,
+                               micro_scalar,       micro_direct_scalar, gate_row_scalar};
+
+}  // namespace
+
+const KernelTable& scalar_kernels() { return kScalarTable; }
+
+const KernelTable* avx2_kernels() {
+#if defined(__x86_64__) || defined(__i386__)
+    static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                           __builtin_cpu_supports("f16c");
+    return ok ? &kAvx2Table : nullptr;
+#else
+    return nullptr;
+#endif
+}
+
+// MOEX_CPU_KERNELS=scalar forces the portable table (to test it, or to compare against it on this machine).
+const KernelTable& kernels() {
+    static const KernelTable* best = [] {
+        const char* force = std::getenv("MOEX_CPU_KERNELS");
+        if (force != nullptr && std::string_view(force) == "scalar") return &kScalarTable;
+        return avx2_kernels() ? avx2_kernels() : &kScalarTable;
+    }();
+    return *best;
+}
+
+}  // namespace moex::cpu

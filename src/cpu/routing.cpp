@@ -1,0 +1,56 @@
+// Counting sort of the (token, slot) pairs by expert, and the one-row-per-pair routing of batched_mm.
+#include "src/cpu/routing.h"
+
+namespace moex::cpu {
+namespace {
+
+// The pair's expert, or -1 when the id is a sentinel (negative, >= E, or anything huge).
+inline int64_t valid_id(const Plan& q, int64_t t, int64_t j) {
+    const int64_t id = expert_id(q.ids, t, j);
+    return id >= 0 && id < q.E ? id : -1;
+}
+
+}  // namespace
+
+Routing route_by_expert(const Plan& q, int64_t t0, int64_t t1) {
+    Routing r;
+    const int64_t n = (t1 - t0) * q.k;
+    std::vector<int64_t> count(size_t(q.E), 0);
+    r.slot_row.assign(size_t(n), -1);
+    for (int64_t s = 0; s < n; ++s) {
+        const int64_t e = valid_id(q, t0 + s / q.k, s % q.k);
+        r.slot_row[size_t(s)] = e;  // the expert for now, its row below
+        if (e >= 0) ++count[size_t(e)];
+    }
+    std::vector<int64_t> cursor(size_t(q.E), 0);
+    r.begin.push_back(0);
+    for (int64_t e = 0; e < q.E; ++e) {
+        if (count[size_t(e)] == 0) continue;
+        cursor[size_t(e)] = r.begin.back();
+        r.expert.push_back(e);
+        r.begin.push_back(r.begin.back() + count[size_t(e)]);
+    }
+    r.token.resize(size_t(r.rows()));
+    for (int64_t s = 0; s < n; ++s) {
+        const int64_t e = r.slot_row[size_t(s)];
+        if (e < 0) continue;
+        const int64_t row = cursor[size_t(e)]++;
+        r.token[size_t(row)] = int32_t(s / q.k);
+        r.slot_row[size_t(s)] = row;
+    }
+    return r;
+}
+
+Routing route_by_slot(const Plan& q, int64_t t0, int64_t t1) {
+    Routing r = route_by_expert(q, t0, t1);
+    std::vector<int64_t> expert;
+    expert.reserve(size_t(r.rows()));
+    for (int64_t g = 0; g < r.groups(); ++g)
+        for (int64_t row = r.begin[size_t(g)]; row < r.begin[size_t(g) + 1]; ++row) expert.push_back(r.expert[size_t(g)]);
+    r.expert = std::move(expert);
+    r.begin.resize(r.expert.size() + 1);
+    for (size_t i = 0; i < r.begin.size(); ++i) r.begin[i] = int64_t(i);
+    return r;
+}
+
+}  // namespace moex::cpu

@@ -1,0 +1,27 @@
+// Routed rows of one token chunk: which (token, slot) pairs each expert multiplies, in which order, and where each
+// pair's result lands. Ids outside [0, E) get no row: they contribute exactly zero and never index anything.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "src/cpu/plan.h"
+
+namespace moex::cpu {
+
+struct Routing {
+    std::vector<int64_t> expert;    // (G,)     expert of group g
+    std::vector<int64_t> begin;     // (G + 1,) rows of group g are [begin[g], begin[g + 1])
+    std::vector<int32_t> token;     // (rows,)  token of each row, relative to the chunk start
+    std::vector<int64_t> slot_row;  // (chunk_T * k,) row holding (t, j), or -1 for a sentinel id
+    int64_t rows() const { return begin.back(); }
+    int64_t groups() const { return int64_t(expert.size()); }
+};
+
+// eager, grouped_mm: one group per hit expert in ascending id; rows in token-major order (a stable counting sort).
+Routing route_by_expert(const Plan& q, int64_t t0, int64_t t1);
+// batched_mm: one group (one row) per valid (token, slot) pair, duplicates separate, in the order of
+// route_by_expert so that consecutive GEMVs on one expert find its weights in cache.
+Routing route_by_slot(const Plan& q, int64_t t0, int64_t t1);
+
+}  // namespace moex::cpu
