@@ -1,34 +1,63 @@
-// `moex bench`: backends × shapes × token counts (CPU; CUDA too). Measures the machine's floor terms first, then times
-// every case against them (and against llama.cpp's MUL_MAT_ID for the qwen3 shape). Shapes come from tests/shapes.h.
+// `moex bench`: backends × shapes × token counts on the CPU (floor terms measured first; llama.cpp's MUL_MAT_ID for
+// the qwen3 shape) or on CUDA (the H200's measured peaks; Hugging Face's best). Shapes come from tests/shapes.h.
 #include <fmt/format.h>
 
 #include <cstdio>
 #include <memory>
 #include <new>
 
+#include "bench/baselines.h"
 #include "bench/cases.h"
+#include "bench/cuda_cases.h"
 #include "bench/machine.h"
 #include "bench/report.h"
 #include "moex/device.h"
 #include "moex/error.h"
 #include "tests/shapes.h"
 #include "tools/cli.h"
+#if MOEX_WITH_CUDA
+#include "cuda/launch.h"
+#endif
 
 namespace moex::bench {
 namespace {
 
 constexpr int64_t kHopperL2Bytes = 60LL << 20;  // H200 L2 (anchors.md §1): what weight rotation must exceed on CUDA
 
+// 0 / -1 / empty: the device's default (DeviceDefaults).
 struct BenchArgs {
-    std::string device = "cpu", dtype = "bf16";
+    std::string device = "cpu", dtype = "bf16", json_file;
     std::vector<std::string> backends, shapes;
-    std::vector<int64_t> tokens{shapes::kBenchTokens.begin(), shapes::kBenchTokens.end()};
-    int threads = 0, reps = 5, warmup = 1;
-    double case_seconds = 10, max_weight_gb = 6, peak_gflops = 0, peak_gbps = 0;
+    std::vector<int64_t> tokens;
+    int threads = 0, reps = 0, warmup = -1;
+    double case_seconds = 0, max_weight_gb = 0, peak_gflops = 0, peak_gbps = 0;
     int64_t read_mib = 1024, gemm_n = 2048;
     uint64_t seed = 0;
-    bool json = false, floor_only = false;
+    bool json = false, floor_only = false, graph = false;
 };
+
+// CUDA: one call is 10 µs–30 ms, so more repetitions in less time; the full models (deepseek-v3: 22.5 GB of bf16) fit
+// on the 141 GB card, so no E reduction; eager is left out by default as it synchronises the host.
+struct DeviceDefaults {
+    int reps, warmup;
+    double case_seconds, max_weight_gb;
+    std::vector<int64_t> tokens;
+    std::vector<std::string> backends;  // empty: every registered backend
+};
+const DeviceDefaults& defaults_for(Device d) {
+    static const DeviceDefaults cpu{5, 1, 10, 6, {shapes::kBenchTokens.begin(), shapes::kBenchTokens.end()}, {}};
+    static const DeviceDefaults gpu{25, 2, 2, 100, {1, 8, 64, 512, 4096, 16384}, {"batched_mm", "grouped_mm"}};
+    return d == Device::kCPU ? cpu : gpu;
+}
+
+void require_cuda_device() {
+#if MOEX_WITH_CUDA
+    std::string why;
+    MOEX_REQUIRE(cuda::device_ready(&why), ErrorCode::kUnsupported, "--device cuda: no CUDA device is usable: " + why);
+#else
+    fail(ErrorCode::kUnsupported, "--device cuda: no CUDA device: this build of moex has no CUDA support");
+#endif
+}
 
 std::vector<shapes::ExpertsShape> pick_shapes(const std::vector<std::string>& names) {
     if (names.empty()) return {shapes::kModelShapes.begin(), shapes::kModelShapes.end()};
@@ -62,11 +91,20 @@ std::vector<const Backend*> pick_backends(const std::vector<std::string>& names,
     return out;
 }
 
-BenchConfig make_config(const BenchArgs& a) {
+// Fills the device defaults into `a` and checks it.
+BenchConfig make_config(BenchArgs& a) {
     BenchConfig c;
     c.device = cli::parse_device(a.device);
-    MOEX_REQUIRE(c.device == Device::kCPU || cuda_device_count() > 0, ErrorCode::kUnsupported,
-                 "--device cuda: no CUDA device is usable (a build without CUDA, or no GPU on this machine)");
+    if (c.device == Device::kCUDA) require_cuda_device();
+    MOEX_REQUIRE(!a.graph || c.device == Device::kCUDA, ErrorCode::kInvalidArgument, "--graph needs --device cuda");
+    const DeviceDefaults& d = defaults_for(c.device);
+    if (a.reps == 0) a.reps = d.reps;
+    if (a.warmup < 0) a.warmup = d.warmup;
+    if (a.case_seconds == 0) a.case_seconds = d.case_seconds;
+    if (a.max_weight_gb == 0) a.max_weight_gb = d.max_weight_gb;
+    if (a.tokens.empty()) a.tokens = d.tokens;
+    if (a.backends.empty()) a.backends = d.backends;
+    c.graph = a.graph;
     c.dtype = cli::parse_activation_dtype(a.dtype);
     c.threads = cli::resolve_threads(a.threads);
     MOEX_REQUIRE(a.reps >= 1 && a.warmup >= 0, ErrorCode::kInvalidArgument, "--reps must be >= 1, --warmup >= 0");
@@ -84,29 +122,34 @@ BenchConfig make_config(const BenchArgs& a) {
     return c;
 }
 
-// Measured on the CPU; on CUDA only what --peak-* gives. --peak-* also override a measured term.
+// Measured on the CPU; on CUDA the H200's peaks measured in baselines.md. --peak-* override either.
 MachineFloor make_floor(const BenchArgs& a, const BenchConfig& c, std::vector<std::string>& notes) {
     MachineFloor floor;
-    if (c.device == Device::kCPU)
+    if (c.device == Device::kCPU) {
         floor = measure_floor(c.threads, c.dtype, a.read_mib << 20, a.gemm_n);
-    else if (a.peak_gflops <= 0 || a.peak_gbps <= 0)
-        notes.push_back(
-            "floor terms are not measured on CUDA: give --peak-gflops and --peak-gbps (baselines.md "
-            "measured 790000 and 4300 on the H200); timings are wall clock around run() + device sync");
+    } else {
+        const char* what = "H200 dense bf16 8192³ matmul (measured, shared/perf/baselines.md)";
+        floor.gemms.push_back({what, kH200PeakGflops});
+        floor.gemm_gflops = kH200PeakGflops, floor.gemm_best = what;
+        floor.read_gbps = kH200PeakGbps;
+        floor.read_what = "H200 device-to-device copy (measured, shared/perf/baselines.md)";
+        if (c.dtype != DType::kBF16) notes.push_back("the CUDA floor uses the bf16 GEMM peak whatever --dtype is");
+    }
     if (a.peak_gflops > 0) {
-        floor.gemms.push_back({"given by --peak-gflops", a.peak_gflops});
+        floor.gemms = {{"given by --peak-gflops", a.peak_gflops}};
         floor.gemm_gflops = a.peak_gflops, floor.gemm_best = "given by --peak-gflops";
     }
-    if (a.peak_gbps > 0) floor.read_gbps = a.peak_gbps;
+    if (a.peak_gbps > 0) floor.read_gbps = a.peak_gbps, floor.read_what = "given by --peak-gbps";
     return floor;
 }
 
 // Every (T, backend) case of one shape; returns how many failed (error, or NaN left in the output).
 int run_shape(const ShapePlan& plan, const BenchArgs& a, const BenchConfig& config,
               const std::vector<const Backend*>& backends, const MachineFloor& floor, Reporter& report) {
-    std::unique_ptr<ShapeBench> bench;
+    std::unique_ptr<CaseRunner> bench;
     try {
-        bench = std::make_unique<ShapeBench>(plan, config);
+        bench = config.device == Device::kCPU ? std::make_unique<ShapeBench>(plan, config)
+                                              : make_cuda_runner(plan, config);
     } catch (const std::exception& e) {  // bad_alloc, or moex::Error from a refused allocation
         report.note(fmt::format("{}: could not allocate {:.1f} GB of weights ({}); lower --max-weight-gb",
                                 plan.model.name, double(plan.set_bytes) * plan.sets * 1e-9, e.what()));
@@ -120,7 +163,8 @@ int run_shape(const ShapePlan& plan, const BenchArgs& a, const BenchConfig& conf
                     .backend = std::string(b->name()),
                     .device = config.device,
                     .dtype = config.dtype,
-                    .threads = config.threads};
+                    .threads = config.threads,
+                    .graph = config.graph};
             try {
                 row.result = bench->run(*b, T);
             } catch (const Error& e) {
@@ -128,13 +172,13 @@ int run_shape(const ShapePlan& plan, const BenchArgs& a, const BenchConfig& conf
             } catch (const std::bad_alloc&) {
                 row.error = "out of memory";
             }
-            failures += !row.error.empty() || !row.result.output_ok;
+            failures += !row.error.empty() || !row.result.output_ok || !row.result.check_ok;
             report.row(row, floor);
         }
     return failures;
 }
 
-void run(const BenchArgs& a) {
+void run(BenchArgs a) {
     BenchConfig config = make_config(a);
     const CpuInfo cpu = probe_cpu();
     config.llc_bytes = config.device == Device::kCPU ? cpu.llc_bytes : kHopperL2Bytes;
@@ -149,19 +193,19 @@ void run(const BenchArgs& a) {
         notes.push_back(fmt::format("--threads {} exceeds the {} hardware threads: timings include oversubscription",
                                     config.threads, cpu.hardware_threads));
     const MachineFloor floor = make_floor(a, config, notes);
-    Reporter report(a.json);
+    Reporter report(a.json, a.json_file);
     report.header(cpu, floor, config, cli::command_line());
     for (const auto& n : notes) report.note(n);
     if (a.floor_only) return;
     if (backends.empty())
         fail(ErrorCode::kUnsupported, "no selected backend can run on " + std::string(device_name(config.device)));
 
-    report.table_start();
+    report.table_start(config.device);
     int failures = 0;
     for (const auto& plan : plans) failures += run_shape(plan, a, config, backends, floor, report);
     if (failures > 0)
         fail(ErrorCode::kUnsupported,
-             fmt::format("{} bench case(s) failed (see the ERROR / NaN rows above)", failures));
+             fmt::format("{} bench case(s) failed (see the ERROR / NaN / MISMATCH rows above)", failures));
 }
 
 }  // namespace
@@ -172,30 +216,36 @@ namespace moex::cli {
 void add_bench_command(CLI::App& app) {
     auto a = std::make_shared<bench::BenchArgs>();
     CLI::App* cmd = app.add_subcommand("bench",
-                                       "Time backends × shapes × token counts against the machine's "
-                                       "measured floor");
-    cmd->add_option("--device", a->device, "cpu or cuda (CUDA: no measured floor; see --peak-*)")
-        ->capture_default_str();
-    cmd->add_option("--backends", a->backends, "Comma-separated backend names (default: every registered one)")
+                                       "Time backends × shapes × token counts against the machine's floor (and, on "
+                                       "CUDA, Hugging Face's best)");
+    cmd->add_option("--device", a->device, "cpu or cuda")->capture_default_str();
+    cmd->add_option("--backends", a->backends,
+                    "Comma-separated backend names (default: CPU every registered one; CUDA batched_mm,grouped_mm)")
         ->delimiter(',');
     cmd->add_option("--shapes", a->shapes, "Comma-separated shape names from tests/shapes.h (default: all)")
         ->delimiter(',');
-    cmd->add_option("--tokens", a->tokens, "Comma-separated token counts")->delimiter(',')->capture_default_str();
+    cmd->add_option("--tokens", a->tokens,
+                    "Comma-separated token counts (default: CPU 1,8,64,512,1024,4096; CUDA 1,8,64,512,4096,16384)")
+        ->delimiter(',');
     cmd->add_option("--dtype", a->dtype, "Activation and weight dtype: bf16, f16, f32")->capture_default_str();
     cmd->add_option("--threads", a->threads, "CPU threads (0 = all hardware threads)")->capture_default_str();
-    cmd->add_option("--reps", a->reps, "Timed repetitions per case (median reported)")->capture_default_str();
-    cmd->add_option("--warmup", a->warmup, "Untimed repetitions first")->capture_default_str();
-    cmd->add_option("--case-seconds", a->case_seconds, "Cut repetitions so a case takes about this long")
-        ->capture_default_str();
-    cmd->add_option("--max-weight-gb", a->max_weight_gb, "Weight memory per shape (GiB); E is reduced to fit")
-        ->capture_default_str();
-    cmd->add_option("--peak-gflops", a->peak_gflops, "Use this GEMM rate for the floor instead of the measured one");
-    cmd->add_option("--peak-gbps", a->peak_gbps, "Use this bandwidth for the floor instead of the measured one");
-    cmd->add_option("--read-mib", a->read_mib, "Buffer for the bandwidth test (MiB)")->capture_default_str();
-    cmd->add_option("--gemm-n", a->gemm_n, "M = N = K of the dense GEMM test")->capture_default_str();
+    cmd->add_option("--reps", a->reps, "Timed repetitions per case, median reported (default: CPU 5, CUDA 25)");
+    cmd->add_option("--warmup", a->warmup, "Untimed repetitions first (default: CPU 1, CUDA 2)");
+    cmd->add_option("--case-seconds", a->case_seconds,
+                    "Cut repetitions so a case takes about this long (default: CPU 10, CUDA 2)");
+    cmd->add_option("--max-weight-gb", a->max_weight_gb,
+                    "Weight memory per shape (GiB); E is reduced to fit (default: CPU 6, CUDA 100)");
+    cmd->add_option("--peak-gflops", a->peak_gflops,
+                    "GEMM rate of the floor (default: CPU measured; CUDA 790000, the H200 in baselines.md)");
+    cmd->add_option("--peak-gbps", a->peak_gbps,
+                    "Bandwidth of the floor (default: CPU measured; CUDA 4300, the H200 in baselines.md)");
+    cmd->add_option("--read-mib", a->read_mib, "CPU: buffer for the bandwidth test (MiB)")->capture_default_str();
+    cmd->add_option("--gemm-n", a->gemm_n, "CPU: M = N = K of the dense GEMM test")->capture_default_str();
     cmd->add_option("--seed", a->seed, "Random seed")->capture_default_str();
-    cmd->add_flag("--floor-only", a->floor_only, "Measure and print the floor terms, time nothing");
-    cmd->add_flag("--json", a->json, "One JSON object per line");
+    cmd->add_flag("--graph", a->graph, "CUDA: time replays of a CUDA graph (8 calls captured, replay ÷ 8)");
+    cmd->add_flag("--floor-only", a->floor_only, "Print the floor terms, time nothing");
+    cmd->add_flag("--json", a->json, "JSON lines on stdout instead of the text table");
+    cmd->add_option("--json-file", a->json_file, "Also write the JSON lines to this file (the table stays on stdout)");
     cmd->callback([a] { bench::run(*a); });
 }
 

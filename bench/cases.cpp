@@ -1,4 +1,4 @@
-// Weight-set planning and the timing loop of `moex bench` (wall clock, steady_clock, median of repetitions).
+// Weight-set planning and the CPU timing loop of `moex bench` (wall clock, steady_clock, median of repetitions).
 #include "bench/cases.h"
 
 #include <fmt/format.h>
@@ -8,30 +8,19 @@
 #include <cmath>
 #include <string_view>
 
+#include "bench/output_check.h"
 #include "moex/error.h"
 #include "tools/random_data.h"
 
 namespace moex::bench {
 namespace {
 
-constexpr double kWeightStd = 0.02;    // the HF baselines' N(0, 0.02); here U(-a, a) of the same std (faster to make)
 constexpr int64_t kCacheMultiple = 4;  // all sets together >= 4x LLC, so a repetition cannot find its experts cached
 
 uint64_t fnv1a(std::string_view s) {
     uint64_t h = 0xcbf29ce484222325ull;
     for (char c : s) h = (h ^ uint8_t(c)) * 0x100000001b3ull;
     return h;
-}
-
-bool all_finite(const TensorView& t) {
-    const int64_t n = t.numel();
-    for (int64_t i = 0; i < n; ++i) {
-        const float v = t.dtype == DType::kF32    ? t.ptr<float>()[i]
-                        : t.dtype == DType::kBF16 ? bf16_to_f32(t.ptr<uint16_t>()[i])
-                                                  : f16_to_f32(t.ptr<uint16_t>()[i]);
-        if (!std::isfinite(v)) return false;
-    }
-    return true;
 }
 
 struct Routing {
@@ -54,6 +43,10 @@ DeviceTensor random_weights(DType dtype, std::initializer_list<int64_t> shape, u
 }
 
 }  // namespace
+
+uint64_t case_seed(const BenchConfig& c, const shapes::ExpertsShape& shape, int64_t T) {
+    return cli::mix_seed(cli::mix_seed(c.seed, fnv1a(shape.name)), uint64_t(T));
+}
 
 ShapePlan plan_shape(const shapes::ExpertsShape& s, const BenchConfig& c) {
     ShapePlan p;
@@ -96,12 +89,12 @@ ShapeBench::ShapeBench(const ShapePlan& plan, const BenchConfig& config) : plan_
     }
 }
 
-CaseResult ShapeBench::run(const Backend& backend, int64_t T) const {
+CaseResult ShapeBench::run(const Backend& backend, int64_t T) {
     const auto& m = plan_.model;
-    const uint64_t case_seed = cli::mix_seed(cli::mix_seed(config_.seed, fnv1a(m.name)), T);
+    const uint64_t seed = case_seed(config_, m, T);
     const Device dev = config_.device;
     Tensor x_host(config_.dtype, {T, m.H});
-    cli::fill_random(x_host.view(), 1.0, case_seed, cli::Distribution::kNormal, config_.threads);
+    cli::fill_random(x_host.view(), 1.0, seed, cli::Distribution::kNormal, config_.threads);
     const DeviceTensor x = DeviceTensor::from_host(x_host.view(), dev);
     const int64_t out_shape[2] = {T, m.H};
     DeviceTensor out(config_.dtype, out_shape, 2, dev);
@@ -110,7 +103,7 @@ CaseResult ShapeBench::run(const Backend& backend, int64_t T) const {
     std::vector<Routing> routings(static_cast<size_t>(runs));
     for (int r = 0; r < runs; ++r) {  // all made and uploaded before any timing
         Tensor index(DType::kI64, {T, m.k}), weights(DType::kF32, {T, m.k});
-        cli::random_routing(index.view(), weights.view(), plan_.E, cli::mix_seed(case_seed, uint64_t(r) + 7));
+        cli::random_routing(index.view(), weights.view(), plan_.E, cli::mix_seed(seed, uint64_t(r) + 7));
         auto& rt = routings[size_t(r)];
         rt.touched = cli::count_touched_experts(index.view(), plan_.E);
         rt.index = DeviceTensor::from_host(index.view(), dev);
@@ -165,7 +158,7 @@ CaseResult ShapeBench::run(const Backend& backend, int64_t T) const {
     res.min_us = us.front();
     Tensor out_host(config_.dtype, {T, m.H});
     out.copy_to_host(out_host.view());
-    res.output_ok = all_finite(out_host.view());
+    res.output_ok = all_finite(to_floats(out_host.view()));
     return res;
 }
 

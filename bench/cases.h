@@ -1,5 +1,6 @@
 // The cases of `moex bench`: per shape, weight sets sized to memory (E reduced when needed, said in a note) and
 // rotated past the last-level cache; per (backend, T), fresh uniform routing for each repetition, warm-up, median.
+// The CPU runner (wall clock) is here; the CUDA one (CUDA events, graph replay) is in cuda_cases.h.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +14,7 @@
 namespace moex::bench {
 
 struct BenchConfig {
-    Device device = Device::kCPU;  // CUDA: weights, routing and output live on the GPU; timing syncs the device
+    Device device = Device::kCPU;  // CUDA: weights, routing and output live on the GPU (cuda_cases.h)
     DType dtype = DType::kBF16;
     int threads = 1;
     int reps = 5;
@@ -22,6 +23,7 @@ struct BenchConfig {
     uint64_t seed = 0;
     int64_t max_weight_bytes = 6LL << 30;  // all weight sets of one shape together
     int64_t llc_bytes = 32LL << 20;        // the cache that must not hold a repetition's experts (CPU LLC, GPU L2)
+    bool graph = false;                    // CUDA: time replays of a captured CUDA graph
 };
 
 struct ShapePlan {
@@ -42,17 +44,33 @@ struct CaseResult {
     double median_us = 0, min_us = 0;
     int reps = 0;              // timed repetitions (the warm-up itself when warmup_only)
     bool warmup_only = false;  // the warm-up took longer than case_seconds and is the one sample
-    double e_touched = 0;      // mean distinct experts per timed repetition
+    double e_touched = 0;      // mean distinct experts per timed repetition (CUDA: per routing set)
     bool output_ok = true;     // no NaN left from the poisoned output
+    bool check_ok = true;      // the cross-check against another backend passed (or none was made)
+    std::string check;         // what the cross-check found; empty when none was made
 };
 
-// Owns the weight sets of one shape.
-class ShapeBench {
+// Times the backends on one shape; owns that shape's weight sets.
+class CaseRunner {
+   public:
+    virtual ~CaseRunner() = default;
+    virtual const ShapePlan& plan() const = 0;
+    // Times `backend` at T tokens. The routings depend on (seed, shape, T) only, so every backend sees the same.
+    virtual CaseResult run(const Backend& backend, int64_t T) = 0;
+};
+
+// The seed of the inputs of case (shape, T): the same for every backend.
+uint64_t case_seed(const BenchConfig& config, const shapes::ExpertsShape& shape, int64_t T);
+
+// Random weights of std 0.02 (the HF baselines' N(0, 0.02); here U(-a, a) of the same std, faster to make).
+inline constexpr double kWeightStd = 0.02;
+
+// The CPU runner: wall clock around each call, a fresh routing per repetition.
+class ShapeBench : public CaseRunner {
    public:
     ShapeBench(const ShapePlan& plan, const BenchConfig& config);
-    const ShapePlan& plan() const { return plan_; }
-    // Times `backend` at T tokens. The routings depend on (seed, shape, T) only, so every backend sees the same.
-    CaseResult run(const Backend& backend, int64_t T) const;
+    const ShapePlan& plan() const override { return plan_; }
+    CaseResult run(const Backend& backend, int64_t T) override;
 
    private:
     ShapePlan plan_;

@@ -1,23 +1,69 @@
-// Text table and JSON-lines output of `moex bench`, and the derived columns (GFLOP/s, GB/s, floor, llama.cpp).
+// Text table and JSON-lines output of `moex bench`, and the derived columns (GFLOP/s, GB/s, floor, llama.cpp on the
+// CPU, Hugging Face's best on CUDA).
 #include "bench/report.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <nlohmann/json.hpp>
+
+#include "moex/error.h"
 
 namespace moex::bench {
 namespace {
 
-void emit(const nlohmann::ordered_json& j) {
-    std::fputs((j.dump() + "\n").c_str(), stdout);
-    std::fflush(stdout);
-}
+using Json = nlohmann::ordered_json;
 
 void line(const std::string& s) {
     std::fputs((s + "\n").c_str(), stdout);
     std::fflush(stdout);
+}
+
+std::string shape_label(const ShapePlan& p) {
+    return p.E == p.model.E ? std::string(p.model.name) : fmt::format("{}/E{}", p.model.name, p.E);
+}
+
+std::string backend_label(const Row& r) { return r.backend + (r.graph ? "+graph" : ""); }
+
+Json result_json(const Row& r, const Derived& d) {
+    const auto& p = *r.plan;
+    Json j = {{"kind", "result"},
+              {"impl", "moex"},
+              {"shape", p.model.name},
+              {"H", p.model.H},
+              {"I", p.model.I},
+              {"E", p.E},
+              {"E_model", p.model.E},
+              {"k", p.model.k},
+              {"T", r.T},
+              {"backend", r.backend},
+              {"graph", r.graph},
+              {"dtype", std::string(dtype_name(r.dtype))},
+              {"threads", r.threads},
+              {"us", r.result.median_us},
+              {"reps", r.result.reps},
+              {"warmup_only", r.result.warmup_only},
+              {"e_touched", r.result.e_touched},
+              {"gflop", d.gflop},
+              {"gbytes", d.gbytes},
+              {"gflops", d.gflops},
+              {"gbps", d.gbps},
+              {"output_ok", r.result.output_ok},
+              {"device", std::string(device_name(r.device))}};
+    if (r.result.min_us > 0) j["min_us"] = r.result.min_us;
+    if (!r.result.check.empty()) j["check"] = r.result.check, j["check_ok"] = r.result.check_ok;
+    if (d.floor_us > 0) j["floor_us"] = d.floor_us, j["x_floor"] = d.x_floor;
+    if (d.llama_layer_us) {
+        j["llama_layer_us"] = *d.llama_layer_us;
+        j["llama_weights"] = d.llama_weights;
+        j["x_llama"] = r.result.median_us / *d.llama_layer_us;
+    }
+    if (d.hf) {
+        j["hf_best_us"] = d.hf->best_us;
+        j["hf_best_config"] = std::string(d.hf->what);
+        j["hf_over_moex"] = d.hf->best_us / r.result.median_us;
+    }
+    return j;
 }
 
 }  // namespace
@@ -25,8 +71,10 @@ void line(const std::string& s) {
 Derived derive(const Row& row, const MachineFloor& floor) {
     Derived d;
     const auto& m = row.plan->model;
+    const double esize = double(dtype_size(row.dtype));
     d.gflop = 6.0 * double(row.T) * double(m.k) * double(m.H) * double(m.I) * 1e-9;
-    d.gbytes = double(dtype_size(row.dtype)) * 3.0 * double(m.H) * double(m.I) * row.result.e_touched * 1e-9;
+    d.gbytes = esize * (3.0 * double(m.H) * double(m.I) * row.result.e_touched + 2.0 * double(row.T) * double(m.H)) *
+               1e-9;
     if (floor.gemm_gflops > 0 && floor.read_gbps > 0)
         d.floor_us = std::max(d.gflop / floor.gemm_gflops, d.gbytes / floor.read_gbps) * 1e6;
     const double us = row.result.median_us;
@@ -35,135 +83,153 @@ Derived derive(const Row& row, const MachineFloor& floor) {
         d.gbps = d.gbytes / (us * 1e-6);
         d.x_floor = d.floor_us > 0 ? us / d.floor_us : 0;
     }
-    if (row.device == Device::kCPU && m.name == kLlamaShape && row.plan->E == m.E)
+    const bool full = row.plan->E == m.E;
+    if (row.device == Device::kCPU && m.name == kLlamaShape && full)
         for (const auto& a : kLlamaQwen3)
             if (a.T == row.T) {
                 const bool f32 = row.dtype == DType::kF32;
                 d.llama_layer_us = 3.0 * (f32 ? a.f32_weights_us : a.f16_weights_us);
                 d.llama_weights = f32 ? "f32" : "f16";
             }
+    if (row.device == Device::kCUDA && row.dtype == DType::kBF16 && full && us > 0) d.hf = hf_best(m.name, row.T);
     return d;
 }
 
+Reporter::Reporter(bool json_stdout, const std::string& json_path) : text_(!json_stdout) {
+    if (json_stdout) {
+        json_ = stdout;
+    } else if (!json_path.empty()) {
+        json_ = std::fopen(json_path.c_str(), "w");
+        MOEX_REQUIRE(json_ != nullptr, ErrorCode::kInvalidArgument, "--json-file: cannot write `" + json_path + "`");
+        own_json_ = true;
+    }
+}
+
+Reporter::~Reporter() {
+    if (own_json_) std::fclose(json_);
+}
+
+void Reporter::emit(const std::string& s) {
+    if (json_ == nullptr) return;
+    std::fputs((s + "\n").c_str(), json_);
+    std::fflush(json_);
+}
+
 void Reporter::header(const CpuInfo& cpu, const MachineFloor& f, const BenchConfig& c, const std::string& cmd) {
-    if (json_) {
-        emit({{"kind", "machine"},
+    emit(Json{{"kind", "machine"},
               {"cpu", cpu.model},
               {"hardware_threads", cpu.hardware_threads},
               {"threads", c.threads},
               {"isa", cpu.isa},
               {"device", std::string(device_name(c.device))},
-              {"llc_bytes", cpu.llc_bytes},
-              {"llc_source", cpu.llc_source},
+              {"graph", c.graph},
+              {"llc_bytes", c.llc_bytes},
+              {"llc_source", c.device == Device::kCPU ? cpu.llc_source : "H200 L2"},
               {"dtype", std::string(dtype_name(c.dtype))},
-              {"command", cmd}});
-        nlohmann::ordered_json gemms = nlohmann::ordered_json::array();
-        for (const auto& g : f.gemms) gemms.push_back({{"what", g.what}, {"gflops", g.gflops}});
-        emit({{"kind", "floor"},
+              {"command", cmd}}
+             .dump());
+    Json gemms = Json::array();
+    for (const auto& g : f.gemms) gemms.push_back({{"what", g.what}, {"gflops", g.gflops}});
+    emit(Json{{"kind", "floor"},
               {"read_gbps", f.read_gbps},
               {"read_buffer_bytes", f.read_buffer_bytes},
+              {"read_what", f.read_what},
               {"gemm_size", f.gemm_size},
               {"gemms", gemms},
               {"gemm_gflops", f.gemm_gflops},
-              {"gemm_best", f.gemm_best}});
-        for (const auto& n : f.notes) note(n);
-        return;
-    }
+              {"gemm_best", f.gemm_best}}
+             .dump());
+    if (text_) text_header(cpu, f, c, cmd);
+    for (const auto& n : f.notes) note(n);
+}
+
+void Reporter::text_header(const CpuInfo& cpu, const MachineFloor& f, const BenchConfig& c, const std::string& cmd) {
     line(fmt::format("moex bench: {}", cmd));
     line(fmt::format("host: {} | {} hardware threads, {} used | LLC {} MiB ({}) | {}", cpu.model, cpu.hardware_threads,
                      c.threads, cpu.llc_bytes >> 20, cpu.llc_source, cpu.isa));
-    line(fmt::format("device: {} | {} | weights rotated past a {} MiB cache", device_name(c.device),
-                     dtype_name(c.dtype), c.llc_bytes >> 20));
+    line(fmt::format("device: {}{} | {} | weights rotated past a {} MiB cache", device_name(c.device),
+                     c.graph ? " (CUDA-graph replay)" : "", dtype_name(c.dtype), c.llc_bytes >> 20));
     line("floor terms:");
     if (f.read_buffer_bytes > 0)
         line(
             fmt::format("  memory read bandwidth  {:7.1f} GB/s  measured: {} threads, AVX2 loads over a {} MiB buffer, "
                         "best of 5",
                         f.read_gbps, c.threads, f.read_buffer_bytes >> 20));
+    else if (f.read_gbps > 0)
+        line(fmt::format("  memory bandwidth  {:.1f} GB/s  {}", f.read_gbps, f.read_what));
     for (const auto& g : f.gemms)
-        line(fmt::format("  dense GEMM {}^3  {:7.1f} GFLOP/s  {}", f.gemm_size, g.gflops, g.what));
+        line(f.gemm_size > 0 ? fmt::format("  dense GEMM {}^3  {:7.1f} GFLOP/s  {}", f.gemm_size, g.gflops, g.what)
+                             : fmt::format("  dense GEMM  {:.1f} GFLOP/s  {}", g.gflops, g.what));
     if (f.gemm_gflops > 0 && f.read_gbps > 0)
         line(fmt::format("  floor = max(FLOPs / {:.1f} GFLOP/s [{}], bytes / {:.1f} GB/s)", f.gemm_gflops, f.gemm_best,
                          f.read_gbps));
-    for (const auto& n : f.notes) note(n);
 }
 
 void Reporter::note(const std::string& text) {
-    if (json_) return emit({{"kind", "note"}, {"text", text}});
-    line("note: " + text);
+    emit(Json{{"kind", "note"}, {"text", text}}.dump());
+    if (text_) line("note: " + text);
 }
 
-void Reporter::table_start() {
-    if (json_) return;
-    line(
-        "columns: µs = median wall time of one experts call (fresh uniform routing per repetition, weights not in "
-        "cache);");
-    line("  GFLOP/s = 6·T·k·H·I / t;  GB/s = dtype·3·H·I·E_touched / t (E_touched counted from the routing);");
-    line("  ×floor = t / floor;  ×llama = t / (3 × ggml MUL_MAT_ID per-projection µs, baselines.md): ggml used f32");
-    line(
-        "  activations with f16 (or f32) weights and one weight set that fits in L3 at T=1; < 1 means moex is faster.");
-    line(fmt::format("{:<18} {:>5} {:<11} {:>12} {:>8} {:>7} {:>7} {:>7} {:>12}  {}", "shape", "T", "backend", "µs",
-                     "GFLOP/s", "GB/s", "E_touch", "×floor", "×llama", "reps"));
+void Reporter::table_start(Device device) {
+    if (!text_) return;
+    line("columns: µs = median time of one experts call (fresh uniform routing per repetition, weights not in cache);");
+    line("  FLOPs = 6·T·k·H·I;  bytes = dtype·(3·H·I·E_touched + 2·T·H), E_touched counted from the routing;");
+    if (device == Device::kCPU) {
+        line("  ×floor = t / floor;  ×llama = t / (3 × ggml MUL_MAT_ID per-projection µs, baselines.md): ggml used f32");
+        line(
+            "  activations with f16 (or f32) weights and one weight set that fits in L3 at T=1; < 1 means moex is "
+            "faster.");
+        line(fmt::format("{:<18} {:>5} {:<11} {:>12} {:>8} {:>7} {:>7} {:>7} {:>12}  {}", "shape", "T", "backend", "µs",
+                         "GFLOP/s", "GB/s", "E_touch", "×floor", "×llama", "reps"));
+        return;
+    }
+    line("  CUDA events (cuda::time_us), 8 rotating routing sets; +graph: the 8 calls replayed as one CUDA graph, ÷ 8;");
+    line("  ×floor = t / floor;  HF = best Hugging Face configuration (baselines.md);  HF÷moex > 1: moex is faster;");
+    line("  check = max|Δ|/rms against the (reference): the first backend at that T; MISMATCH beyond 1e-2·rms plus two");
+    line("  output roundings (|Δ| ≤ 1e-2·rms + 2^-7·|ref| in bf16); outputs are poisoned with NaN before the run.");
+    line(fmt::format("{:<18} {:>5} {:<16} {:>9} {:>8} {:>6} {:>7} {:>5} {:>5} {:>7} {:>7} {:>4}  {}", "shape", "T",
+                     "backend", "µs", "floor µs", "×floor", "TFLOP/s", "TB/s", "E_tch", "HF µs", "HF÷moex", "reps",
+                     "check"));
 }
 
 void Reporter::row(const Row& r, const MachineFloor& floor) {
-    const auto& p = *r.plan;
-    const std::string shape = p.E == p.model.E ? std::string(p.model.name) : fmt::format("{}/E{}", p.model.name, p.E);
     if (!r.result.skip.empty() || !r.error.empty()) {
         const bool skip = r.error.empty();
-        if (json_)
-            return emit({{"kind", skip ? "skip" : "error"},
-                         {"impl", "moex"},
-                         {"shape", p.model.name},
-                         {"T", r.T},
-                         {"backend", r.backend},
-                         {"reason", skip ? r.result.skip : r.error}});
-        return line(fmt::format("{:<18} {:>5} {:<11} {}: {}", shape, r.T, r.backend, skip ? "skipped" : "ERROR",
-                                skip ? r.result.skip : r.error));
+        emit(Json{{"kind", skip ? "skip" : "error"},
+                  {"impl", "moex"},
+                  {"shape", r.plan->model.name},
+                  {"T", r.T},
+                  {"backend", r.backend},
+                  {"graph", r.graph},
+                  {"reason", skip ? r.result.skip : r.error}}
+                 .dump());
+        if (text_)
+            line(fmt::format("{:<18} {:>5} {:<11} {}: {}", shape_label(*r.plan), r.T, backend_label(r),
+                             skip ? "skipped" : "ERROR", skip ? r.result.skip : r.error));
+        return;
     }
     const Derived d = derive(r, floor);
-    if (json_) {
-        nlohmann::ordered_json j = {{"kind", "result"},
-                                    {"impl", "moex"},
-                                    {"shape", p.model.name},
-                                    {"H", p.model.H},
-                                    {"I", p.model.I},
-                                    {"E", p.E},
-                                    {"E_model", p.model.E},
-                                    {"k", p.model.k},
-                                    {"T", r.T},
-                                    {"backend", r.backend},
-                                    {"dtype", std::string(dtype_name(r.dtype))},
-                                    {"threads", r.threads},
-                                    {"us", r.result.median_us},
-                                    {"min_us", r.result.min_us},
-                                    {"reps", r.result.reps},
-                                    {"warmup_only", r.result.warmup_only},
-                                    {"e_touched", r.result.e_touched},
-                                    {"gflop", d.gflop},
-                                    {"gbytes", d.gbytes},
-                                    {"gflops", d.gflops},
-                                    {"gbps", d.gbps},
-                                    {"output_ok", r.result.output_ok},
-                                    {"device", std::string(device_name(r.device))}};
-        if (d.floor_us > 0) {
-            j["floor_us"] = d.floor_us;
-            j["x_floor"] = d.x_floor;
-        }
-        if (d.llama_layer_us) {
-            j["llama_layer_us"] = *d.llama_layer_us;
-            j["llama_weights"] = d.llama_weights;
-            j["x_llama"] = r.result.median_us / *d.llama_layer_us;
-        }
-        return emit(j);
-    }
-    const std::string llama =
-        d.llama_layer_us ? fmt::format("{:.2f} ({})", r.result.median_us / *d.llama_layer_us, d.llama_weights) : "";
+    emit(result_json(r, d).dump());
+    if (text_) text_row(r, d);
+}
+
+void Reporter::text_row(const Row& r, const Derived& d) {
     std::string reps = r.result.warmup_only ? "1 (warm-up)" : std::to_string(r.result.reps);
     if (!r.result.output_ok) reps += "  OUTPUT HAS NaN";
     const std::string x_floor = d.floor_us > 0 ? fmt::format("{:.2f}", d.x_floor) : "—";
-    line(fmt::format("{:<18} {:>5} {:<11} {:>12.1f} {:>8.1f} {:>7.2f} {:>7.1f} {:>7} {:>12}  {}", shape, r.T, r.backend,
-                     r.result.median_us, d.gflops, d.gbps, r.result.e_touched, x_floor, llama, reps));
+    if (r.device == Device::kCPU) {
+        const std::string llama =
+            d.llama_layer_us ? fmt::format("{:.2f} ({})", r.result.median_us / *d.llama_layer_us, d.llama_weights)
+                             : "";
+        return line(fmt::format("{:<18} {:>5} {:<11} {:>12.1f} {:>8.1f} {:>7.2f} {:>7.1f} {:>7} {:>12}  {}",
+                                shape_label(*r.plan), r.T, r.backend, r.result.median_us, d.gflops, d.gbps,
+                                r.result.e_touched, x_floor, llama, reps));
+    }
+    const std::string hf = d.hf ? fmt::format("{:.0f}", d.hf->best_us) : "—";
+    const std::string ratio = d.hf ? fmt::format("{:.2f}", d.hf->best_us / r.result.median_us) : "—";
+    line(fmt::format("{:<18} {:>5} {:<16} {:>9.1f} {:>8.1f} {:>6} {:>7.1f} {:>5.2f} {:>5.1f} {:>7} {:>7} {:>4}  {}",
+                     shape_label(*r.plan), r.T, backend_label(r), r.result.median_us, d.floor_us, x_floor,
+                     d.gflops * 1e-3, d.gbps * 1e-3, r.result.e_touched, hf, ratio, reps, r.result.check));
 }
 
 }  // namespace moex::bench

@@ -1,10 +1,12 @@
-// Output of `moex bench`: a header (machine, measured floor terms, notes), then one row per case, as a text table
-// or as JSON lines (one object per line, "kind": machine | floor | note | result | skip | error).
+// Output of `moex bench`: a header (machine, floor terms, notes), then one row per case, as a text table and/or as
+// JSON lines (one object per line, "kind": machine | floor | note | result | skip | error).
 #pragma once
 
+#include <cstdio>
 #include <optional>
 #include <string>
 
+#include "bench/baselines.h"
 #include "bench/cases.h"
 #include "bench/machine.h"
 
@@ -26,30 +28,41 @@ struct Row {
     Device device = Device::kCPU;
     DType dtype = DType::kBF16;
     int threads = 1;
+    bool graph = false;  // CUDA-graph replay
     CaseResult result;
     std::string error;  // the run threw moex::Error
 };
 
 struct Derived {
-    double gflop = 0, gbytes = 0;          // 6·T·k·H·I; dtype·3·H·I·E_touched
+    double gflop = 0, gbytes = 0;          // 6·T·k·H·I; dtype·(3·H·I·E_touched + 2·T·H)
     double gflops = 0, gbps = 0;           // per second at the median
     double floor_us = 0, x_floor = 0;      // max(FLOPs / GEMM rate, bytes / bandwidth); median ÷ floor (0: no floor)
     std::optional<double> llama_layer_us;  // 3 × the per-projection anchor, when the case matches one
     std::string llama_weights;             // "f16" or "f32"
+    std::optional<HfBaseline> hf;          // CUDA, bf16, the model's own E: Hugging Face's best (baselines.h)
 };
 Derived derive(const Row& row, const MachineFloor& floor);
 
+// Text goes to stdout unless json_stdout; JSON lines go to stdout (json_stdout) or to json_path (when not empty).
 class Reporter {
    public:
-    explicit Reporter(bool json) : json_(json) {}
+    Reporter(bool json_stdout, const std::string& json_path);
+    ~Reporter();
+    Reporter(const Reporter&) = delete;
+    Reporter& operator=(const Reporter&) = delete;
     void header(const CpuInfo& cpu, const MachineFloor& floor, const BenchConfig& config,
                 const std::string& commandline);
     void note(const std::string& text);
-    void table_start();
+    void table_start(Device device);
     void row(const Row& row, const MachineFloor& floor);
 
    private:
-    bool json_;
+    void text_header(const CpuInfo& cpu, const MachineFloor& floor, const BenchConfig& config, const std::string& cmd);
+    void text_row(const Row& row, const Derived& d);
+    void emit(const std::string& json_line);
+    bool text_;
+    std::FILE* json_ = nullptr;  // stdout, the --json-file, or none
+    bool own_json_ = false;
 };
 
 }  // namespace moex::bench

@@ -1,0 +1,55 @@
+// What `moex bench --device cuda` compares against, transcribed from shared/perf/baselines.md: the H200's measured
+// ceilings (the floor's two terms) and the best Hugging Face configuration per (shape, T), bf16. Used by the report.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace moex::bench {
+
+// Measured on the lent H200 (baselines.md): dense bf16 8192³ matmul 791 TFLOP/s; device copy 4.27 TB/s.
+inline constexpr double kH200PeakGflops = 790000;
+inline constexpr double kH200PeakGbps = 4300;
+
+struct HfBaseline {
+    std::string_view shape;
+    int64_t T;
+    double best_us;         // the fastest of eager / batched_mm / grouped_mm, plain, +graphs, +autotune
+    std::string_view what;  // which configuration that was
+};
+
+inline constexpr HfBaseline kHfBest[] = {
+    {"qwen1.5-moe-a2.7b", 1, 204, "grouped_mm+graphs"},
+    {"qwen1.5-moe-a2.7b", 8, 434, "grouped_mm+graphs"},
+    {"qwen1.5-moe-a2.7b", 64, 681, "grouped_mm"},
+    {"qwen1.5-moe-a2.7b", 512, 860, "grouped_mm"},
+    {"qwen1.5-moe-a2.7b", 4096, 1812, "grouped_mm"},
+    {"qwen1.5-moe-a2.7b", 16384, 4860, "grouped_mm"},
+    {"qwen3-30b-a3b", 1, 232, "batched_mm+graphs"},
+    {"qwen3-30b-a3b", 8, 375, "grouped_mm+graphs"},
+    {"qwen3-30b-a3b", 64, 728, "grouped_mm"},
+    {"qwen3-30b-a3b", 512, 746, "grouped_mm"},
+    {"qwen3-30b-a3b", 4096, 1143, "grouped_mm+autotune"},
+    {"qwen3-30b-a3b", 16384, 3128, "grouped_mm+autotune"},
+    {"mixtral-8x7b", 1, 452, "grouped_mm+graphs"},
+    {"mixtral-8x7b", 8, 1194, "grouped_mm+graphs"},
+    {"mixtral-8x7b", 64, 1345, "grouped_mm"},
+    {"mixtral-8x7b", 512, 1887, "grouped_mm"},
+    {"mixtral-8x7b", 4096, 4976, "grouped_mm+autotune"},
+    {"mixtral-8x7b", 16384, 19003, "grouped_mm+autotune"},
+    {"deepseek-v3", 1, 414, "grouped_mm+graphs"},
+    {"deepseek-v3", 8, 1903, "grouped_mm+graphs"},
+    {"deepseek-v3", 64, 6456, "grouped_mm"},
+    {"deepseek-v3", 512, 7652, "grouped_mm"},
+    {"deepseek-v3", 4096, 9013, "grouped_mm+autotune"},
+    {"deepseek-v3", 16384, 22691, "grouped_mm+autotune"},
+};
+
+constexpr std::optional<HfBaseline> hf_best(std::string_view shape, int64_t T) {
+    for (const auto& b : kHfBest)
+        if (b.shape == shape && b.T == T) return b;
+    return std::nullopt;
+}
+
+}  // namespace moex::bench
