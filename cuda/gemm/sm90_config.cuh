@@ -63,7 +63,12 @@ inline Sm90GemmConfig choose_grouped_gemm_sm90_config(const GroupedGemmArgs& a, 
         c.why_not = "no SM";
     if (c.why_not) return c;
     const int64_t tiles_per_expert = a.max_m_tiles / a.E;
-    c.cluster_m = (tiles_per_expert >= 2 && sm_count >= 2) ? 2 : 1;
+    // Real rows are about P - E·(kRowAlign - 1) (P is the host bound S + E·127). With >= 64 rows per expert on
+    // average, random routing gives most experts a second, partly padded tile (deepseek-v3 T = 4096: 128 rows on
+    // average, the pipeline ran 3.4 ms over its two GEMMs' uniform-routing time); a CTA pair on the two tiles of one
+    // expert loads its B once through multicast instead of twice.
+    const int64_t mean_rows = (a.P - a.E * (kRowAlign - 1)) / a.E;
+    c.cluster_m = ((tiles_per_expert >= 2 || mean_rows >= 64) && sm_count >= 2) ? 2 : 1;
     // One M tile per expert (deepseek-v3 at T = 4096: 128 rows each): B is read once whatever the order, but
     // m-fastest groups of 16 re-read each A tile from HBM for every N tile (+50% bytes, measured 4.97 ms for the
     // up GEMM against a 3.5 ms weight stream). Groups of 2 keep a tile's A in L2 across its N tiles.
