@@ -1,5 +1,5 @@
 // The `deepgemm_megamoe` backend: fused expert-parallel dispatch + gated MLP + combine across GPUs (CUDA only).
-// It needs an expert-parallel group over NCCL, which moex does not have yet: every run says so.
+// moex has the expert-parallel group (include/moex/ep.h) but not yet the fused persistent kernel: every run says so.
 #include "moex/error.h"
 #include "src/backends/builtin.h"
 
@@ -17,8 +17,8 @@ class DeepGemmMegaMoe final : public Backend {
     std::optional<std::string> unavailable(Device device) const override {
         if (device != Device::kCUDA) return std::string("deepgemm_megamoe is not supported on CPU (CUDA only)");
         if (auto why = cuda_unavailable()) return why;
-        return std::string("deepgemm_megamoe needs an expert-parallel process group (ep_size > 1), "
-                           "which this build of moex does not provide yet");
+        return std::string("deepgemm_megamoe (the fused dispatch + MLP + combine kernel) is not implemented in this "
+                           "build; run experts inside a moex::EpRunner group with grouped_mm or batched_mm instead");
     }
     void run(const ExpertsProblem& p, const TensorView& out, const RunOptions&) const override {
         check_runnable(*this, p, out);
