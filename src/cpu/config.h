@@ -11,14 +11,21 @@ namespace moex::cpu {
 //           accumulator per output), axpy form on transposed ones. Up to the ridge (~11 GB/s DRAM vs ~85 GFLOP/s per
 //           core, bf16: m flop per byte) time is the weights' bytes, and packing them would only add work.
 //  kDirect: transposed weights only: the 6x16 microkernel reads B in place (16 contiguous columns per k).
-//  kPacked: B widened and packed into 16-wide panels, the 6x16 microkernel at ~85% of the fma peak.
+//  kPacked: B widened and packed into 16-wide panels, the 6x16 microkernel (~80% of the fma peak measured).
 enum class GemmPath : uint8_t { kStream, kDirect, kPacked };
 
+// Rows layout: the streaming kernel measured ahead of the packed one up to 24 rows, behind from 32.
+inline int64_t stream_max_rows(bool transposed) { return transposed ? 4 : 24; }
+
 inline GemmPath choose_path(int64_t m, bool transposed) {
-    if (m <= (transposed ? 4 : 24)) return GemmPath::kStream;  // rows: measured crossover with packed at 24-32
+    if (m <= stream_max_rows(transposed)) return GemmPath::kStream;
     if (transposed && m <= 48) return GemmPath::kDirect;
     return GemmPath::kPacked;
 }
+
+// batched_mm groups at most this many pairs of one expert: the streaming path, whose outputs are each computed
+// exactly as a lone GEMV would (so 1 or 24 rows give the same bits), and which loads the weights once per group.
+inline int64_t batched_group_rows(bool transposed) { return stream_max_rows(transposed); }
 
 // Blocking of the packed path for a 32 KiB L1d / 512 KiB L2 core (Zen 3): the B block kc x nc f32 (128 KiB) stays
 // in L2, each 6-row tile of A (6 x kc f32) in L1 while it meets all nc/16 panels. B is read in runs of kc (rows

@@ -25,9 +25,10 @@ std::vector<Task> make_tasks(const Plan& q, const Routing& r, int64_t g0, int64_
     const bool tr = q.p->is_transposed;
     const int64_t width = up ? q.I : q.H;
     auto rows = [&](int64_t g) { return r.begin[size_t(g) + 1] - r.begin[size_t(g)]; };
+    auto same = [&](int64_t g, int64_t h) { return r.expert[size_t(g)] == r.expert[size_t(h)] && rows(g) == rows(h); };
     std::vector<Task> tasks;
     for (int64_t run = g0, end = g0; run < g1; run = end) {
-        for (end = run + 1; end < g1 && r.expert[size_t(end)] == r.expert[size_t(run)] && rows(end) == rows(run);) ++end;
+        for (end = run + 1; end < g1 && same(end, run);) ++end;
         const int64_t m = rows(run);
         const GemmPath path = choose_path(m, tr);
         const int64_t blocks = path == GemmPath::kPacked ? (m + kMc - 1) / kMc : 1;

@@ -1,5 +1,6 @@
 // The three CPU experts algorithms. They share the passes (routing, up, down, combine) and differ in schedule:
-// eager runs hit experts one after another, batched_mm one GEMV per (token, slot), grouped_mm all experts at once.
+// eager runs hit experts one after another, batched_mm GEMV-exact products per (token, slot), grouped_mm all
+// experts at once with the packed GEMM for large groups.
 #include "src/cpu/experts_cpu.h"
 
 #include "src/cpu/combine.h"
@@ -25,7 +26,9 @@ void run(const ExpertsProblem& p, const TensorView& out, int num_threads, Schedu
     for (int64_t t0 = 0; t0 < q.T; t0 += chunk) {
         const int64_t t1 = q.T - t0 < chunk ? q.T : t0 + chunk;
         const float* x = x_as_f32(q, t0, t1, ws.x, threads);
-        const Routing r = schedule == Schedule::kBatched ? route_by_slot(q, t0, t1) : route_by_expert(q, t0, t1);
+        const Routing r = schedule == Schedule::kBatched
+                              ? route_by_slot(q, t0, t1, batched_group_rows(q.p->is_transposed))
+                              : route_by_expert(q, t0, t1);
         float* h = ws.h.get(r.rows() * q.I);  // (rows, I)
         float* y = ws.y.get(r.rows() * q.H);  // (rows, H)
         if (schedule == Schedule::kEager) {

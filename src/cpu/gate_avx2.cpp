@@ -1,6 +1,6 @@
 // AVX2 element-wise gate: silu, relu and the gpt_oss SwiGLU with a vector expf, and the rounding of h to bf16/f16.
-// A scalar libm expf per element costs ~10% of a prefill call (S*I of them vs 6*S*H*I/k flops); gelu and
-// gelu_pytorch_tanh, rare in MoE experts, stay on the portable libm path.
+// Scalar libm silu measured 5.8 ns per element here, ~5% of a Qwen3-30B-A3B prefill call (S*I of them against
+// 6*S*H*I flops); gelu and gelu_pytorch_tanh, rare in MoE experts, stay on the portable libm path.
 #include "src/cpu/gate.h"
 #include "src/cpu/kernels.h"
 #include "src/cpu/simd_avx2.h"

@@ -14,24 +14,24 @@ namespace {
 // far too short for the hardware prefetcher, which leaves packing waiting on DRAM.
 class NextBlock {
    public:
-    NextBlock(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, int64_t calls) : b_(b), k0_(k0) {
+    NextBlock(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, int64_t calls) {
         const int64_t es = dtype_size(b.dtype);
-        runs_ = b.transposed ? kc : n;  // storage rows touched, each `bytes` long
+        runs_ = b.transposed ? kc : n;  // storage rows touched, each run_lines_ cache lines long
         run_lines_ = ((b.transposed ? n : kc) * es + 63) / 64;
         per_call_ = (runs_ * run_lines_ + calls - 1) / (calls > 0 ? calls : 1);
+        stride_ = b.ld * es;
+        base_ = static_cast<const char*>(b.data) + (b.transposed ? k0 * b.ld : k0) * es;
     }
     void step() {
-        const int64_t es = dtype_size(b_.dtype), end = runs_ * run_lines_;
-        for (int64_t i = 0; i < per_call_ && next_ < end; ++i, ++next_) {
-            const int64_t run = next_ / run_lines_, line = next_ % run_lines_;
-            const int64_t elem = b_.transposed ? (k0_ + run) * b_.ld : run * b_.ld + k0_;
-            __builtin_prefetch(static_cast<const char*>(b_.data) + elem * es + line * 64, 0, 2);
+        for (int64_t i = 0; i < per_call_ && run_ < runs_; ++i) {
+            __builtin_prefetch(base_ + run_ * stride_ + line_ * 64, 0, 2);
+            if (++line_ == run_lines_) line_ = 0, ++run_;
         }
     }
 
    private:
-    const WeightMat& b_;
-    int64_t k0_, runs_ = 0, run_lines_ = 0, per_call_ = 0, next_ = 0;
+    const char* base_ = nullptr;
+    int64_t stride_ = 0, runs_ = 0, run_lines_ = 0, per_call_ = 0, run_ = 0, line_ = 0;
 };
 
 // C = A·Bᵀ through packed panels; n <= nc. Loop order: k block (the B block, kc x n f32 <= 128 KiB, packed once and

@@ -9,8 +9,8 @@
 
 namespace moex::cpu {
 
-inline constexpr int kMr = 6;    // micro-tile rows (tokens): 6x16 f32 = 12 of the 16 ymm registers
-inline constexpr int kNr = 16;   // micro-tile columns (weight rows), also the packed panel width
+inline constexpr int kMr = 6;   // micro-tile rows (tokens): 6x16 f32 = 12 of the 16 ymm registers
+inline constexpr int kNr = 16;  // micro-tile columns (weight rows), also the packed panel width
 
 struct KernelTable {
     const char* name;

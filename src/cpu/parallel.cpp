@@ -4,9 +4,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <exception>
-#include <new>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <vector>
 #if defined(__linux__)
@@ -26,6 +26,8 @@ inline void cpu_relax() {
 #endif
 }
 
+thread_local bool t_in_task = false;  // a task that calls parallel_for again runs that loop alone
+
 struct Job {
     int64_t n = 0;
     int max_helpers = 0;
@@ -39,6 +41,7 @@ struct Job {
     // Claims and runs tasks until none is left. `call` is only reached for i < n, which cannot happen once the
     // submitting thread has returned (it waits for done == n), so a late worker never touches a dead frame.
     void work() {
+        t_in_task = true;
         for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) {
             try {
                 call(ctx, i);
@@ -48,14 +51,15 @@ struct Job {
             }
             if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == n) done.notify_all();
         }
+        t_in_task = false;
     }
 };
 
 class ThreadPool {
    public:
     void run(int64_t n, int threads, void (*call)(void*, int64_t), void* ctx) {
-        std::unique_lock<std::mutex> submit(submit_, std::try_to_lock);
-        if (!submit.owns_lock()) {  // another thread is using the pool: run alone (same results, any order)
+        std::unique_lock<std::mutex> submit(submit_, std::defer_lock);
+        if (t_in_task || !submit.try_lock()) {  // nested, or another thread has the pool: run alone (same results)
             for (int64_t i = 0; i < n; ++i) call(ctx, i);
             return;
         }
@@ -124,7 +128,7 @@ float* FloatBuffer::get(int64_t n) {
 }
 
 float* thread_scratch(int slot, int64_t n) {
-    thread_local FloatBuffer buffers[4];
+    thread_local FloatBuffer buffers[5];
     return buffers[slot].get(n);
 }
 

@@ -1,4 +1,4 @@
-// parallel_for over independent tasks on a small thread pool (thread_pool.cpp), and per-thread scratch buffers.
+// parallel_for over independent tasks on a small thread pool (parallel.cpp), and per-thread scratch buffers.
 // Determinism rests on the tasks: each writes its own outputs with an order fixed by the task, never by the thread.
 #pragma once
 
@@ -33,7 +33,7 @@ class FloatBuffer {
     int64_t size_ = 0;
 };
 
-// Per-thread scratch of the GEMM driver: `slot` 0..3 are independent buffers.
+// Per-thread scratch: `slot` 0..4 are independent buffers (0 B panels, 1 up tile, 2-3 gate epilogue, 4 split A).
 float* thread_scratch(int slot, int64_t n);
 
 }  // namespace moex::cpu

@@ -1,5 +1,7 @@
-// Counting sort of the (token, slot) pairs by expert, and the one-row-per-pair routing of batched_mm.
+// Counting sort of the (token, slot) pairs by expert, and batched_mm's pairs grouped for the streaming kernels.
 #include "src/cpu/routing.h"
+
+#include <algorithm>
 
 namespace moex::cpu {
 namespace {
@@ -41,15 +43,16 @@ Routing route_by_expert(const Plan& q, int64_t t0, int64_t t1) {
     return r;
 }
 
-Routing route_by_slot(const Plan& q, int64_t t0, int64_t t1) {
+Routing route_by_slot(const Plan& q, int64_t t0, int64_t t1, int64_t max_rows) {
     Routing r = route_by_expert(q, t0, t1);
-    std::vector<int64_t> expert;
-    expert.reserve(size_t(r.rows()));
+    std::vector<int64_t> expert, begin{0};
     for (int64_t g = 0; g < r.groups(); ++g)
-        for (int64_t row = r.begin[size_t(g)]; row < r.begin[size_t(g) + 1]; ++row) expert.push_back(r.expert[size_t(g)]);
+        for (int64_t row = r.begin[size_t(g)], end = r.begin[size_t(g) + 1]; row < end; row += max_rows) {
+            expert.push_back(r.expert[size_t(g)]);
+            begin.push_back(std::min(row + max_rows, end));
+        }
     r.expert = std::move(expert);
-    r.begin.resize(r.expert.size() + 1);
-    for (size_t i = 0; i < r.begin.size(); ++i) r.begin[i] = int64_t(i);
+    r.begin = std::move(begin);
     return r;
 }
 

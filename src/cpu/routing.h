@@ -20,8 +20,9 @@ struct Routing {
 
 // eager, grouped_mm: one group per hit expert in ascending id; rows in token-major order (a stable counting sort).
 Routing route_by_expert(const Plan& q, int64_t t0, int64_t t1);
-// batched_mm: one group (one row) per valid (token, slot) pair, duplicates separate, in the order of
-// route_by_expert so that consecutive GEMVs on one expert find its weights in cache.
-Routing route_by_slot(const Plan& q, int64_t t0, int64_t t1);
+// batched_mm: one product per valid (token, slot) pair, duplicates separate. Pairs of one expert are grouped by up
+// to max_rows in route_by_expert's order, for kernels whose every output is the same float sequence as a GEMV of
+// its pair alone (the streaming kernels): the weights are then loaded once per group instead of once per pair.
+Routing route_by_slot(const Plan& q, int64_t t0, int64_t t1, int64_t max_rows);
 
 }  // namespace moex::cpu

@@ -73,8 +73,11 @@ void dot_tile(const float* const* a, const typename L::T* w, int64_t ldw, int64_
     int64_t k = 0;
     for (; k + 32 <= K; k += 32) {
 #pragma GCC unroll 8
-        for (int nb = 0; nb < NB; ++nb) _mm_prefetch(reinterpret_cast<const char*>(w + ahead + nb * ldw + k),
-                                                     _MM_HINT_T1);
+        for (int nb = 0; nb < NB; ++nb) {
+            const char* p = reinterpret_cast<const char*>(w + ahead + nb * ldw + k);
+            _mm_prefetch(p, _MM_HINT_T1);
+            if constexpr (sizeof(typename L::T) == 4) _mm_prefetch(p + 64, _MM_HINT_T1);  // f32: 2 lines per 32 k
+        }
 #pragma GCC unroll 4
         for (int u = 0; u < 32; u += 8) dot_step<L, NB, MB, false>(acc, a, w, ldw, k + u, 8);
     }
