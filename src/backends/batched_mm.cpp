@@ -1,32 +1,13 @@
 // The `batched_mm` backend: CPU kernels in src/cpu/, CUDA kernels behind cuda/launch.h.
 #include "src/backends/builtin.h"
-#include "src/backends/cuda_args.h"
 #include "src/cpu/experts_cpu.h"
 
 namespace moex::backends {
-namespace {
 
-class BatchedMm final : public Backend {
-   public:
-    std::string_view name() const override { return "batched_mm"; }
-    std::string_view description() const override {
-        return "One product per (token, slot), reading each touched expert's weights once (never duplicated); for decode.";
-    }
-    std::vector<Device> devices() const override { return {Device::kCPU, Device::kCUDA}; }
-    std::optional<std::string> unavailable(Device device) const override {
-        return device == Device::kCUDA ? cuda_unavailable() : std::nullopt;
-    }
-    bool host_synchronizes(Device) const override { return false; }
-    void run(const ExpertsProblem& p, const TensorView& out, const RunOptions& options) const override {
-        check_runnable(*this, p, out);
-        if (p.T() == 0) return;
-        if (p.device() == Device::kCUDA) return run_cuda(p, out, CudaAlgo::kBatched, options);
-        cpu::run_batched(p, out, options.num_threads);
-    }
-};
-
-}  // namespace
-
-std::shared_ptr<const Backend> make_batched_mm() { return std::make_shared<BatchedMm>(); }
+std::shared_ptr<const Backend> make_batched_mm() {
+    return std::make_shared<PortableBackend>(
+        "batched_mm", "One product per (token, slot), reading each touched expert's weights once (never duplicated); for decode.",
+        &cpu::run_batched, CudaAlgo::kBatched, /*cuda_syncs=*/false);
+}
 
 }  // namespace moex::backends
