@@ -33,7 +33,7 @@ class FloatBuffer {
     int64_t size_ = 0;
 };
 
-// Per-thread scratch: `slot` 0..4 are independent buffers (0 B panels, 1 up tile, 2-3 gate epilogue, 4 split A).
+// Per-thread scratch: `slot` 0..3 are independent buffers (0 B panels, 1 up tile, 2-3 gate epilogue).
 float* thread_scratch(int slot, int64_t n);
 
 }  // namespace moex::cpu
