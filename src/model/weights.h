@@ -1,0 +1,57 @@
+// The decoder's weights on the run device, in the run dtype, loaded from a checkpoint directory
+// (model.safetensors or shards listed by model.safetensors.index.json), memory-mapped and converted on the way.
+// Per-expert tensors (experts.N.gate_proj/up_proj/down_proj, Mixtral's w1/w3/w2) are fused on load into
+// gate_up (E, 2I, H) with gate rows before up rows, and down (E, H, I); checkpoints that already hold the fused
+// 3-D tensors (experts.gate_up_proj, experts.down_proj, as transformers 5 can save) are taken as they are.
+// q/k/v are fused into one (q rows, then k, then v) projection so that attention input is one GEMM.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "moex/device.h"
+#include "moex/model_config.h"
+
+namespace moex::model {
+
+struct LayerWeights {
+    DeviceTensor input_norm;      // (H)
+    DeviceTensor qkv;             // ((nq + 2 nkv) D, H)
+    DeviceTensor qkv_bias;        // ((nq + 2 nkv) D) or empty (attention_bias)
+    DeviceTensor q_norm, k_norm;  // qwen3_moe: (D); olmoe: (nq D) and (nkv D); empty otherwise
+    DeviceTensor o_proj;          // (H, nq D)
+    DeviceTensor post_norm;       // (H)
+    // MoE layers
+    DeviceTensor router;          // (E, H)
+    DeviceTensor experts_gate_up; // (E, 2I, H)
+    DeviceTensor experts_down;    // (E, H, I)
+    DeviceTensor shared_gate_up;  // (2 Is, H)  qwen2_moe shared expert (gate rows, then up rows)
+    DeviceTensor shared_down;     // (H, Is)
+    DeviceTensor shared_gate;     // (1, H)     its sigmoid gate
+    // dense-MLP layers (qwen mlp_only_layers / decoder_sparse_step)
+    DeviceTensor mlp_gate_up;     // (2 I, H)
+    DeviceTensor mlp_down;        // (H, I)
+    bool is_moe() const { return experts_gate_up.view().defined(); }
+};
+
+struct ModelWeights {
+    DeviceTensor embed;       // (V, H)
+    std::vector<LayerWeights> layers;
+    DeviceTensor final_norm;  // (H)
+    DeviceTensor lm_head;     // (V, H); a tied checkpoint shares embed's storage
+};
+
+struct LoadOptions {
+    DType dtype = DType::kBF16;  // run dtype: f32 | bf16
+    Device device = Device::kCPU;
+    bool progress = true;        // a progress bar on stderr, only when stderr is a terminal
+};
+
+// Loads every tensor the config calls for. Errors (moex::Error) name the file and the tensor: a missing
+// model.safetensors / index / shard (kNotFound), a shard path that leaves the directory (kInvalidArgument),
+// a missing tensor (kNotFound), a shape or dtype that disagrees with config.json (kFormat, naming both),
+// corrupt safetensors (the reader's kFormat / kOverflow). Tensors the config does not use are ignored.
+ModelWeights load_weights(const std::string& dir, const ModelConfig& config, const LoadOptions& options);
+
+}  // namespace moex::model
