@@ -14,6 +14,7 @@ void add_backends_command(CLI::App& app);          // tools/backends_command.cpp
 void add_experts_run_command(CLI::App& experts);   // tools/experts_run.cpp
 void add_make_problem_command(CLI::App& experts);  // tools/make_problem.cpp
 void add_bench_command(CLI::App& app);             // bench/bench_command.cpp
+void add_generate_command(CLI::App& app);          // tools/generate_command.cpp
 
 Device parse_device(const std::string& name);           // cpu | cuda
 DType parse_activation_dtype(const std::string& name);  // bf16 | f16 | f32 (and torch's long names)

@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
     moex::cli::add_experts_run_command(*experts);
     moex::cli::add_make_problem_command(*experts);
     moex::cli::add_bench_command(app);
+    moex::cli::add_generate_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,113 @@
+// Model::generate: prefill, then the decode loop under transformers' decode-stage switch (on a non-CPU device every
+// grouped_mm entry runs batched_mm until the loop ends, however it ends), with streamed text and timings.
+#include <algorithm>
+#include <chrono>
+
+#include "moex/error.h"
+#include "src/model/model_impl.h"
+#include "src/model/sampler.h"
+
+namespace moex {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// RAII: switches to the decode map on construction when it differs, restores the snapshot on destruction.
+class DecodeSwitch {
+   public:
+    DecodeSwitch(model::ExpertsImplementationState& state, Device device) : state_(state) {
+        const auto& now = state.get();
+        auto next = decode_experts_implementation(now, device);
+        if (next != now) {
+            original_ = now;
+            state_.restore(next);
+        }
+    }
+    ~DecodeSwitch() {
+        if (!original_.empty()) state_.restore(original_);  // same names as before: cannot fail validation
+    }
+    DecodeSwitch(const DecodeSwitch&) = delete;
+    DecodeSwitch& operator=(const DecodeSwitch&) = delete;
+
+   private:
+    model::ExpertsImplementationState& state_;
+    std::map<std::string, std::string> original_;
+};
+
+}  // namespace
+
+double GenerationResult::prefill_tokens_per_second() const {
+    return prefill_seconds > 0 ? double(prompt_ids.size()) / prefill_seconds : 0.0;
+}
+double GenerationResult::decode_tokens_per_second() const {
+    return decode_seconds > 0 && new_ids.size() > 1 ? double(new_ids.size() - 1) / decode_seconds : 0.0;
+}
+
+GenerationResult Model::generate(const std::string& prompt, const SamplingOptions& sampling,
+                                 const std::function<bool(int32_t, const std::string&)>& on_token) {
+    MOEX_REQUIRE(impl_->tokenizer.has_value(), ErrorCode::kInvalidArgument,
+                 "this model has no tokenizer.json: give token ids instead of text");
+    return generate(impl_->tokenizer->encode(prompt, true), sampling, on_token);
+}
+
+GenerationResult Model::generate(const std::vector<int32_t>& prompt_ids, const SamplingOptions& sampling,
+                                 const std::function<bool(int32_t, const std::string&)>& on_token) {
+    Impl& m = *impl_;
+    GenerationResult r;
+    r.prompt_ids = prompt_ids;
+    MOEX_REQUIRE(!prompt_ids.empty(), ErrorCode::kInvalidArgument, "generate: the prompt has no tokens");
+    MOEX_REQUIRE(int64_t(prompt_ids.size()) < m.max_context, ErrorCode::kInvalidArgument,
+                 "the prompt has " + std::to_string(prompt_ids.size()) + " tokens, more than the model's context of " +
+                     std::to_string(m.max_context - 1) + " tokens leaves room for (max_context " +
+                     std::to_string(m.max_context) + ")");
+    MOEX_REQUIRE(sampling.max_new_tokens >= 0, ErrorCode::kInvalidArgument, "max_new_tokens must be >= 0");
+    const bool greedy = sampling.temperature <= 0;
+    std::optional<model::Sampler> sampler;
+    if (!greedy) sampler.emplace(sampling.temperature, sampling.top_k, sampling.top_p, sampling.seed);
+    const std::vector<int32_t>& eos = sampling.eos_token_ids.empty() ? m.config.eos_token_ids : sampling.eos_token_ids;
+    std::optional<TokenStreamer> streamer;
+    if (m.tokenizer) streamer.emplace(*m.tokenizer, true);
+
+    auto pick = [&]() -> int32_t {
+        if (greedy) return int32_t(m.ops->argmax(m.scratch.logits.view()));
+        std::vector<float> logits(size_t(m.config.vocab_size));
+        m.ops->logits_to_host(m.scratch.logits.view(), logits.data());
+        return sampler->sample(logits);
+    };
+    bool stop = false;
+    auto emit = [&](int32_t id) {
+        r.new_ids.push_back(id);
+        const std::string piece = streamer ? streamer->push(id) : std::string();
+        r.text += piece;
+        if (sampling.stop_on_eos && std::find(eos.begin(), eos.end(), id) != eos.end()) {
+            r.stopped_on_eos = true;
+            stop = true;
+        }
+        if (on_token && !on_token(id, piece)) stop = true;
+    };
+
+    reset();
+    if (sampling.max_new_tokens == 0) return r;
+    const auto t0 = std::chrono::steady_clock::now();
+    m.forward_to_logits(prompt_ids);
+    const int32_t first = pick();
+    r.prefill_seconds = seconds_since(t0);
+    const auto t1 = std::chrono::steady_clock::now();
+    emit(first);
+    {
+        DecodeSwitch decode(*m.experts, m.options.device);
+        int32_t last = first;
+        while (!stop && int64_t(r.new_ids.size()) < sampling.max_new_tokens && m.cache_length < m.max_context) {
+            m.forward_to_logits({last});
+            last = pick();
+            emit(last);
+        }
+    }
+    r.decode_seconds = seconds_since(t1);
+    if (streamer) r.text += streamer->finish();
+    return r;
+}
+
+}  // namespace moex

@@ -1,0 +1,216 @@
+// Model: loading (config, weights, tokenizer, experts state) and the decoder forward pass, written once over Ops.
+#include "moex/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "moex/backend.h"
+#include "moex/error.h"
+#include "src/model/model_impl.h"
+#include "src/model/views.h"
+
+namespace moex {
+
+using model::column_block;
+using model::first_rows;
+using model::row_block;
+
+namespace {
+
+DType run_dtype(const ModelConfig& config, const ModelOptions& options) {
+    if (options.dtype) {
+        MOEX_REQUIRE(*options.dtype == DType::kF32 || *options.dtype == DType::kBF16, ErrorCode::kInvalidArgument,
+                     "model dtype " + std::string(dtype_name(*options.dtype)) + " is not supported; use float32 or "
+                     "bfloat16");
+        return *options.dtype;
+    }
+    return config.torch_dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;  // f16 checkpoints run in f32
+}
+
+std::unique_ptr<model::Ops> make_ops(const ModelOptions& options) {
+    if (options.device == Device::kCPU) return model::make_cpu_ops(options.num_threads);
+    return model::make_cuda_ops(options.device_index, nullptr);
+}
+
+}  // namespace
+
+Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+Model::~Model() = default;
+
+Model Model::from_pretrained(const std::string& dir, const ModelOptions& options) {
+    MOEX_REQUIRE(std::filesystem::is_directory(dir), ErrorCode::kNotFound, dir + ": no such model directory");
+    auto impl = std::make_unique<Impl>();
+    Impl& m = *impl;
+    m.config = load_model_config(dir);
+    m.options = options;
+    m.dtype = run_dtype(m.config, options);
+    const ModelConfig& c = m.config;
+    // Validate the experts choice before the (long) weight load.
+    m.experts.emplace(c.sub_config_keys, c.text_config_key, options.device, options.experts_implementation,
+                      c.experts_implementation_in_file);
+    m.ops = make_ops(options);
+    m.weights = model::load_weights(dir, c, {m.dtype, options.device, options.progress});
+    if (options.load_tokenizer && std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"))
+        m.tokenizer.emplace(Tokenizer::from_file((std::filesystem::path(dir) / "tokenizer.json").string()));
+
+    m.rope = model::make_rope_table(c.rope, c.head_dim);
+    m.attention = {c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.sliding_window,
+                   float(1.0 / std::sqrt(double(c.head_dim)))};
+    m.qkv_width = (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim;
+    int64_t ctx = options.max_context > 0 ? options.max_context : std::min<int64_t>(c.max_position_embeddings, 32768);
+    MOEX_REQUIRE(ctx > 0, ErrorCode::kInvalidArgument, "max_context must be positive");
+    m.max_context = ctx;
+    const int64_t kv_width = c.num_key_value_heads * c.head_dim;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+        m.k_cache.push_back(model::buffer(m.dtype, ctx, kv_width, options.device));
+        m.v_cache.push_back(model::buffer(m.dtype, ctx, kv_width, options.device));
+    }
+    return Model(std::move(impl));
+}
+
+const ModelConfig& Model::config() const { return impl_->config; }
+Device Model::device() const { return impl_->options.device; }
+DType Model::dtype() const { return impl_->dtype; }
+const Tokenizer* Model::tokenizer() const { return impl_->tokenizer ? &*impl_->tokenizer : nullptr; }
+void Model::set_experts_implementation(const ExpertsImplementation& impl) { impl_->experts->set(impl); }
+std::map<std::string, std::string> Model::get_experts_implementation() const { return impl_->experts->get(); }
+const std::string& Model::experts_backend() const { return impl_->experts->decoder_backend(); }
+void Model::set_experts_observer(ExpertsObserver observer) { impl_->observer = std::move(observer); }
+void Model::reset() { impl_->cache_length = 0; }
+int64_t Model::cache_length() const { return impl_->cache_length; }
+int64_t Model::max_context() const { return impl_->max_context; }
+
+std::vector<float> Model::forward(const std::vector<int32_t>& ids) {
+    impl_->forward_to_logits(ids);
+    std::vector<float> logits(size_t(impl_->config.vocab_size));
+    impl_->ops->logits_to_host(impl_->scratch.logits.view(), logits.data());
+    return logits;
+}
+
+void Model::Impl::ensure_scratch(int64_t rows) {
+    if (rows <= scratch.rows) return;
+    const ModelConfig& c = config;
+    const Device dev = options.device;
+    const int64_t H = c.hidden_size, k = std::max<int64_t>(c.num_experts_per_tok, 1);
+    const int64_t wide = std::max({2 * c.moe_intermediate_size, 2 * c.intermediate_size,
+                                   2 * c.shared_expert_intermediate_size, int64_t(2)});
+    Scratch s;
+    s.rows = rows;
+    s.x = model::buffer(dtype, rows, H, dev);
+    s.h = model::buffer(dtype, rows, H, dev);
+    s.qkv = model::buffer(dtype, rows, qkv_width, dev);
+    s.attn = model::buffer(dtype, rows, c.num_attention_heads * c.head_dim, dev);
+    s.tmp = model::buffer(dtype, rows, H, dev);
+    s.router_logits = model::buffer(dtype, rows, std::max<int64_t>(c.num_experts, 1), dev);
+    s.ids = model::buffer(DType::kI32, rows, k, dev);
+    s.weights = model::buffer(dtype, rows, k, dev);
+    s.moe_out = model::buffer(dtype, rows, H, dev);
+    s.gate_up = model::buffer(dtype, rows, wide, dev);
+    s.act = model::buffer(dtype, rows, wide / 2, dev);
+    s.shared_gate = model::buffer(dtype, rows, 1, dev);
+    s.logits = model::buffer(DType::kF32, 1, c.vocab_size, dev);
+    scratch = std::move(s);
+}
+
+namespace {
+
+// The dense gated MLP (qwen dense layers, qwen2_moe's shared expert): down(act(gate(x)) * up(x)).
+void gated_mlp(model::Ops& ops, const TensorView& x, const DeviceTensor& gate_up, const DeviceTensor& down,
+               Activation act, const TensorView& gu_buf, const TensorView& act_buf, const TensorView& out) {
+    const int64_t T = x.shape[0], I = down.view().shape[1];
+    TensorView gu_c = first_rows(gu_buf, T);  // contiguous (T, 2I) view of the scratch
+    gu_c.shape[1] = 2 * I;
+    gu_c.strides[0] = 2 * I;
+    TensorView a = first_rows(act_buf, T);
+    a.shape[1] = I;
+    a.strides[0] = I;
+    ops.linear(x, gate_up.view(), {}, gu_c);
+    ops.gated_act(gu_c, act, a);
+    ops.linear(a, down.view(), {}, out);
+}
+
+}  // namespace
+
+void Model::Impl::forward_to_logits(const std::vector<int32_t>& ids) {
+    const ModelConfig& c = config;
+    const int64_t T = int64_t(ids.size());
+    MOEX_REQUIRE(T > 0, ErrorCode::kInvalidArgument, "forward: no tokens");
+    MOEX_REQUIRE(cache_length + T <= max_context, ErrorCode::kInvalidArgument,
+                 "the sequence would be " + std::to_string(cache_length + T) + " tokens, longer than the model's "
+                 "context of " + std::to_string(max_context) + " tokens (max_context)");
+    for (int32_t id : ids)
+        MOEX_REQUIRE(id >= 0 && id < c.vocab_size, ErrorCode::kInvalidArgument,
+                     "token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                         std::to_string(c.vocab_size) + ")");
+    ensure_scratch(T);
+    model::Ops& o = *ops;
+    const Scratch& s = scratch;
+    const int64_t pos0 = cache_length, D = c.head_dim;
+    const int64_t qw = c.num_attention_heads * D, kw = c.num_key_value_heads * D;
+    const TensorView x = first_rows(s.x, T), h = first_rows(s.h, T), tmp = first_rows(s.tmp, T);
+    const TensorView qkv = first_rows(s.qkv, T), attn = first_rows(s.attn, T);
+    const TensorView q = column_block(qkv, 0, qw), k = column_block(qkv, qw, kw), v = column_block(qkv, qw + kw, kw);
+    const std::string& backend_name = experts->decoder_backend();
+    const Backend& backend = ExpertsInterface::global().get(backend_name);
+
+    o.embed(ids.data(), T, weights.embed.view(), x);
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+        const model::LayerWeights& w = weights.layers[size_t(l)];
+        // Attention block.
+        o.rms_norm(x, w.input_norm.view(), c.rms_norm_eps, h);
+        o.linear(h, w.qkv.view(), w.qkv_bias.view(), qkv);
+        if (c.qk_norm) {
+            o.rms_norm(q, w.q_norm.view(), c.rms_norm_eps, q);
+            o.rms_norm(k, w.k_norm.view(), c.rms_norm_eps, k);
+        }
+        if (c.clip_qkv) {
+            o.clamp(q, float(*c.clip_qkv));
+            o.clamp(k, float(*c.clip_qkv));
+            o.clamp(v, float(*c.clip_qkv));
+        }
+        o.rope(column_block(qkv, 0, qw + kw), D, pos0, rope);
+        o.attention(q, k, v, k_cache[size_t(l)].view(), v_cache[size_t(l)].view(), pos0, attention, attn);
+        o.linear(attn, w.o_proj.view(), {}, tmp);
+        o.add(x, tmp, x);
+        // MLP block.
+        o.rms_norm(x, w.post_norm.view(), c.rms_norm_eps, h);
+        const TensorView moe_out = first_rows(s.moe_out, T);
+        if (w.is_moe()) {
+            const TensorView logits = first_rows(s.router_logits, T);
+            const TensorView top_ids = first_rows(s.ids, T), top_w = first_rows(s.weights, T);
+            TensorView ids_v = top_ids, w_v = top_w;
+            ids_v.shape[1] = w_v.shape[1] = c.num_experts_per_tok;
+            ids_v.strides[0] = w_v.strides[0] = c.num_experts_per_tok;
+            o.linear(h, w.router.view(), {}, logits);
+            o.router_topk(logits, c.num_experts_per_tok, c.norm_topk_prob, ids_v, w_v);
+            ExpertsProblem p;
+            p.hidden_states = h;
+            p.top_k_index = ids_v;
+            p.top_k_weights = w_v;
+            p.gate_up_proj = w.experts_gate_up.view();
+            p.down_proj = w.experts_down.view();
+            p.activation = c.hidden_act;
+            if (observer) observer(l, backend_name, T);
+            backend.run(p, moe_out, o.experts_options());
+            if (w.shared_gate_up.view().defined()) {
+                gated_mlp(o, h, w.shared_gate_up, w.shared_down, c.hidden_act, s.gate_up.view(), s.act.view(), tmp);
+                const TensorView gate = first_rows(s.shared_gate, T);
+                o.linear(h, w.shared_gate.view(), {}, gate);
+                o.sigmoid_gate_add(gate, tmp, moe_out);
+            }
+        } else {
+            gated_mlp(o, h, w.mlp_gate_up, w.mlp_down, c.hidden_act, s.gate_up.view(), s.act.view(), moe_out);
+        }
+        o.add(x, moe_out, x);
+    }
+    // Only the last position's logits are needed.
+    const TensorView last = row_block(x, T - 1, 1), last_h = row_block(h, T - 1, 1);
+    o.rms_norm(last, weights.final_norm.view(), c.rms_norm_eps, last_h);
+    o.linear(last_h, weights.lm_head.view(), {}, s.logits.view());
+    cache_length += T;
+}
+
+}  // namespace moex
