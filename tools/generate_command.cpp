@@ -3,9 +3,11 @@
 // loads a Hugging Face MoE checkpoint (default: the small model shipped in models/moex-tiny-moe), streams the
 // generated text to stdout, then prints prefill and decode tokens/s. With --json it prints one object
 // {"prompt_ids": [...], "new_ids": [...], "text": "..."} instead. Greedy when the temperature is 0.
+// Benchmark helpers: --random-prompt N, --ignore-eos, --runs N (median speeds).
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -29,8 +31,9 @@ struct GenerateArgs {
     int64_t max_new_tokens = 64, top_k = -1, max_context = 0;
     double temperature = -1, top_p = -1;
     uint64_t seed = 0;
-    int threads = 0;
-    bool json = false, verbose = false;
+    int threads = 0, runs = 1;
+    int64_t random_prompt = 0;
+    bool json = false, verbose = false, ignore_eos = false;
 };
 
 // The shipped model: $MOEX_DEFAULT_MODEL, else models/moex-tiny-moe of the source tree this binary was built from.
@@ -67,14 +70,40 @@ void run(const GenerateArgs& a) {
             std::fprintf(stderr, "moex: experts run %s (forward of %lld tokens)\n", backend.c_str(), (long long)tokens);
         });
     }
-    const bool stream = !a.json;
-    const GenerationResult r = model.generate(a.prompt, s, [&](int32_t, const std::string& piece) {
-        if (stream) {
-            std::fputs(piece.c_str(), stdout);
-            std::fflush(stdout);
+    s.stop_on_eos = !a.ignore_eos;
+    std::vector<int32_t> prompt_ids;
+    if (a.random_prompt > 0) {  // benchmarks: N pseudo-random ids below the tokenizer's size
+        const int64_t v = std::min<int64_t>(c.vocab_size, model.tokenizer()->vocab_size());
+        uint64_t x = 0x9e3779b97f4a7c15ull ^ a.seed;
+        for (int64_t i = 0; i < a.random_prompt; ++i) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            prompt_ids.push_back(int32_t((x >> 33) % uint64_t(v)));
         }
-        return true;
-    });
+    } else {
+        MOEX_REQUIRE(!a.prompt.empty(), ErrorCode::kInvalidArgument, "--prompt is empty");
+        prompt_ids = model.tokenizer()->encode(a.prompt, true);
+    }
+    // --runs N: N generations; the speeds reported are the medians, the text is the last run's.
+    std::vector<double> prefill, decode;
+    GenerationResult r;
+    if (!a.json && a.random_prompt == 0) {
+        std::fputs(a.prompt.c_str(), stdout);  // the prompt, then the continuation as it streams
+        std::fflush(stdout);
+    }
+    for (int run = 0; run < a.runs; ++run) {
+        const bool stream = !a.json && run == a.runs - 1;
+        r = model.generate(prompt_ids, s, [&](int32_t, const std::string& piece) {
+            if (stream) {
+                std::fputs(piece.c_str(), stdout);
+                std::fflush(stdout);
+            }
+            return true;
+        });
+        prefill.push_back(r.prefill_tokens_per_second());
+        decode.push_back(r.decode_tokens_per_second());
+    }
+    std::sort(prefill.begin(), prefill.end());
+    std::sort(decode.begin(), decode.end());
     if (a.json) {
         nlohmann::json j = {{"prompt_ids", r.prompt_ids}, {"new_ids", r.new_ids}, {"text", r.text}};
         std::puts(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
@@ -83,8 +112,7 @@ void run(const GenerateArgs& a) {
     }
     const std::string stats =
         fmt::format("prefill: {} tokens, {:.1f} tokens/s; decode: {} tokens, {:.1f} tokens/s ({}, {}, experts {})",
-                    r.prompt_ids.size(), r.prefill_tokens_per_second(), r.new_ids.size(),
-                    r.decode_tokens_per_second(), device_name(model.device()), dtype_name(model.dtype()),
+                    r.prompt_ids.size(), prefill[prefill.size() / 2], r.new_ids.size(), decode[decode.size() / 2], device_name(model.device()), dtype_name(model.dtype()),
                     model.experts_backend());
     std::fprintf(a.json ? stderr : stdout, "%s\n", stats.c_str());
 }
@@ -95,7 +123,10 @@ void add_generate_command(CLI::App& app) {
     auto a = std::make_shared<GenerateArgs>();
     CLI::App* cmd = app.add_subcommand("generate", "Generate text with a Hugging Face MoE checkpoint");
     cmd->add_option("--model", a->model, "Checkpoint directory (default: the shipped models/moex-tiny-moe)");
-    cmd->add_option("--prompt", a->prompt, "Prompt text")->required();
+    cmd->add_option("--prompt", a->prompt, "Prompt text");
+    cmd->add_option("--random-prompt", a->random_prompt, "Benchmarks: a prompt of N pseudo-random token ids instead");
+    cmd->add_flag("--ignore-eos", a->ignore_eos, "Do not stop on the end-of-sequence token");
+    cmd->add_option("--runs", a->runs, "Generate N times; report the median speeds")->check(CLI::Range(1, 1000));
     cmd->add_option("--experts-implementation", a->experts,
                     "Backend for the experts: NAME, or KEY=NAME,... per sub-config (KEY empty = top level)");
     cmd->add_option("--device", a->device, "cpu | cuda")->capture_default_str();
