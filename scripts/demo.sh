@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine: install, build, list the backends, run one experts call from a problem file
-# through every CPU backend, then a short CPU benchmark against the machine's measured floors.
+# through every CPU backend, a short CPU benchmark against the machine's measured floors, then text from the small
+# MoE model shipped in models/moex-tiny-moe.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -14,3 +15,4 @@ for b in eager batched_mm grouped_mm; do
   $moex experts run --problem build/demo/problem.safetensors --backend "$b" --out "build/demo/out_$b.safetensors"
 done
 $moex bench --shapes qwen3-30b-a3b --tokens 1,64,1024 --dtype bf16 --reps 5
+$moex generate --prompt "And God said," --max-new-tokens 80 --seed 7

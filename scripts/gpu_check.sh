@@ -17,9 +17,9 @@ cd "$ROOT" || exit 1
 if [[ "${1:-}" == "--pack-deps" ]]; then  # run on the build machine, then carry DIR (e.g. .deps) to the GPU machine
     dst=${2:?usage: --pack-deps DIR}
     mkdir -p "$dst/usr/include" "$dst/usr/lib/x86_64-linux-gnu/cmake" "$dst/usr/share/cmake" "$dst/usr/src"
-    cp -a /usr/include/pcre2.h "$dst/usr/include/"
+    cp -a /usr/include/pcre2.h /usr/include/utf8proc.h "$dst/usr/include/"
     for d in nlohmann fmt CLI gtest gmock; do [[ -d /usr/include/$d ]] && cp -a /usr/include/$d "$dst/usr/include/"; done
-    for f in /usr/lib/x86_64-linux-gnu/libfmt.so* /usr/lib/x86_64-linux-gnu/libpcre2-8.so* /usr/lib/x86_64-linux-gnu/libgtest*.a /usr/lib/x86_64-linux-gnu/libgmock*.a; do
+    for f in /usr/lib/x86_64-linux-gnu/libfmt.so* /usr/lib/x86_64-linux-gnu/libpcre2-8.so* /usr/lib/x86_64-linux-gnu/libutf8proc.so* /usr/lib/x86_64-linux-gnu/libgtest*.a /usr/lib/x86_64-linux-gnu/libgmock*.a; do
         [[ -e $f ]] && cp -a "$f" "$dst/usr/lib/x86_64-linux-gnu/"
     done
     for d in fmt GTest; do [[ -d /usr/lib/x86_64-linux-gnu/cmake/$d ]] && cp -a /usr/lib/x86_64-linux-gnu/cmake/$d "$dst/usr/lib/x86_64-linux-gnu/cmake/"; done

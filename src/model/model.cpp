@@ -106,7 +106,8 @@ void Model::Impl::ensure_scratch(int64_t rows) {
     s.tmp = model::buffer(dtype, rows, H, dev);
     s.router_logits = model::buffer(dtype, rows, std::max<int64_t>(c.num_experts, 1), dev);
     s.ids = model::buffer(DType::kI32, rows, k, dev);
-    s.weights = model::buffer(dtype, rows, k, dev);
+    // transformers keeps Mixtral's routing weights in f32; the other families cast them to the run dtype.
+    s.weights = model::buffer(c.arch == Architecture::kMixtral ? DType::kF32 : dtype, rows, k, dev);
     s.moe_out = model::buffer(dtype, rows, H, dev);
     s.gate_up = model::buffer(dtype, rows, wide, dev);
     s.act = model::buffer(dtype, rows, wide / 2, dev);

@@ -59,8 +59,9 @@ class Ops {
     virtual void add(const TensorView& a, const TensorView& b, const TensorView& out) = 0;
     // out (T, I) = act(gate_up[:, :I]) * gate_up[:, I:] for gate_up (T, 2I).
     virtual void gated_act(const TensorView& gate_up, Activation act, const TensorView& out) = 0;
-    // Softmax router: p = softmax(logits (T, E), f32); top-k (largest first, lower index on ties); divided by their
-    // sum when normalize; ids (T, k) int32; weights (T, k) in the run dtype.
+    // Softmax router: p = softmax(logits (T, E), f32); top-k largest first, ties ordered as torch.topk orders them on
+    // that device (CPU: torch's partial-sort order; CUDA: lower index first); divided by their sum when normalize;
+    // ids (T, k) int32; weights (T, k) in the dtype of `weights` (the run dtype, or f32 for Mixtral).
     virtual void router_topk(const TensorView& logits, int64_t k, bool normalize, const TensorView& ids,
                              const TensorView& weights) = 0;
     // out += sigmoid(gate (T, 1)) * x (T, H) (Qwen2-MoE's shared expert).

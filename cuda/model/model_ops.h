@@ -1,0 +1,202 @@
+// Launchers of the model runtime's dense ops on CUDA (src/model/ops_cuda.cpp is the caller): a Context that owns the
+// per-Ops device state, one plain Args struct per launcher (no TensorView, no CUDA types), and the pure kernel-choice
+// functions (inline, so host tests use them without nvcc). Activations are bf16 or f32; every launcher throws
+// moex::Error(kCuda) when a CUDA call fails. Row strides (ld_*) are in elements; columns are always unit-stride.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "cuda/launch.h"
+
+namespace moex::cuda::model {
+
+// The stream, the cuBLASLt handle and its workspace, the linear plans, grow-only scratch buffers (attention partials,
+// argmax partials, token ids) and a pinned host word. Scratch grows on first use of a larger size (that call
+// synchronises the stream once); afterwards no call allocates, so a warmed-up step can be captured in a CUDA graph.
+class Context {
+   public:
+    Context(int device, void* stream);  // makes `device` current
+    ~Context();
+    Context(const Context&) = delete;
+    Context& operator=(const Context&) = delete;
+
+    void* stream() const;
+    int device() const;
+    void make_current() const;  // cudaSetDevice(device) when another device is current
+    void synchronize() const;   // the stream
+
+    struct Impl;  // cuda/model/context.cuh
+    Impl& impl() const { return *impl_; }
+
+   private:
+    std::unique_ptr<Impl> impl_;
+};
+
+inline int64_t act_bytes(ActDType t) { return t == ActDType::kF32 ? 4 : 2; }
+
+// ---- embedding -----------------------------------------------------------------------------------------------------
+struct EmbedArgs {
+    const int32_t* ids;  // (T) HOST, each < V
+    const void* table;   // (V, H)
+    void* out;           // (T, H) row-strided
+    int64_t T, H, ld_out;
+    ActDType dtype;
+};
+void launch_embed(Context& ctx, const EmbedArgs& a);
+
+// ---- RMSNorm: out = w * round(x * rsqrt(mean(x^2) + eps)) over groups of `group` columns
+// ------------------------------
+struct RmsNormArgs {
+    const void* x;  // (T, width) row-strided, width = n * group
+    const void* w;  // (group)
+    void* out;      // (T, width) row-strided; may be x
+    int64_t T, width, group, ld_x, ld_out;
+    float eps;
+    ActDType dtype;
+};
+void launch_rms_norm(Context& ctx, const RmsNormArgs& a);
+
+// ---- residual add + RMSNorm of the sum, one launch: sum = a + b; out = rms_norm(sum) over the whole row
+// ----------------
+struct AddRmsNormArgs {
+    const void* a;  // (T, W) row-strided
+    const void* b;  // (T, W) row-strided
+    void* sum;      // (T, W) row-strided; may be a or b
+    const void* w;  // (W)
+    void* out;      // (T, W) row-strided
+    int64_t T, W, ld_a, ld_b, ld_sum, ld_out;
+    float eps;
+    ActDType dtype;
+};
+void launch_add_rms_norm(Context& ctx, const AddRmsNormArgs& a);
+
+// ---- per-head RMSNorm and/or rotary embedding, in place, one launch for q and k heads ------------------------------
+inline constexpr int kMaxRotaryHalf = 256;  // inv_freq travels in the kernel parameters (<= 1 KiB)
+inline constexpr int kMaxHeadDim = 512;
+struct HeadNormRopeArgs {
+    void* x;  // (T, heads * head_dim) row-strided, in place
+    int64_t T, heads, head_dim, ld;
+    // RMSNorm with weight norm_w[i] (head_dim) on heads [norm_begin[i], norm_end[i]), for i < num_norms.
+    int32_t num_norms;
+    const void* norm_w[2];
+    int64_t norm_begin[2], norm_end[2];
+    float norm_eps[2];
+    // Rotary embedding of every head, row t at position pos0 + t; rotary_dim 0 = none.
+    int64_t pos0;
+    int32_t rotary_dim;
+    float attention_scaling;
+    const float* inv_freq;  // (rotary_dim / 2) HOST; copied into the launch
+    ActDType dtype;
+};
+void launch_head_norm_rope(Context& ctx, const HeadNormRopeArgs& a);
+
+// ---- linear: out (T, N) = x (T, K) · w (N, K)ᵀ + bias ------------------------------------------------------------
+struct LinearArgs {
+    const void* x;     // (T, K) row-strided, dtype
+    const void* w;     // (N, K) contiguous, dtype
+    const void* bias;  // (N) dtype, or nullptr
+    void* out;         // (T, N) row-strided, dtype or f32 (out_f32)
+    int64_t T, N, K, ld_x, ld_out;
+    ActDType dtype;
+    bool out_f32;
+};
+void launch_linear(Context& ctx, const LinearArgs& a);
+
+enum class LinearKernel { kGemv, kCublasLt };
+inline constexpr int64_t kGemvMaxRows = 4;
+// The warp-per-output-row GEMV streams the weights with 16-byte loads (decode, lm_head); it needs 16-byte aligned
+// rows of x and w. Everything else goes to cuBLASLt.
+inline LinearKernel choose_linear_kernel(const LinearArgs& a) {
+    const int64_t es = act_bytes(a.dtype);
+    const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    const bool ok = a.T >= 1 && a.T <= kGemvMaxRows && (a.K * es) % 16 == 0 && (a.ld_x * es) % 16 == 0 &&
+                    aligned(a.x) && aligned(a.w);
+    return ok ? LinearKernel::kGemv : LinearKernel::kCublasLt;
+}
+
+// ---- attention: cache rows [pos0, pos0 + T) <- k, v; causal GQA of q over cache rows [0, pos0 + t] -----------------
+struct AttentionArgs {
+    const void* q;  // (T, nq * D) row-strided
+    const void* k;  // (T, nkv * D) row-strided
+    const void* v;  // (T, nkv * D) row-strided
+    void* k_cache;  // (max_len, nkv * D) contiguous
+    void* v_cache;  // (max_len, nkv * D) contiguous
+    void* out;      // (T, nq * D) row-strided
+    int64_t ld_q, ld_k, ld_v, ld_out;
+    int64_t T, pos0, max_len, nq, nkv, D;
+    int64_t window;  // 0 = full causal; else keys j > pos - window
+    float scale;
+    ActDType dtype;
+};
+void launch_attention(Context& ctx, const AttentionArgs& a);
+
+enum class AttentionKernel {
+    kDecode,   // split-K over the cache (flash-decoding), cache write and combine fused: one launch
+    kFlash,    // bf16, D = 128: mma.sync flash attention, 64 queries x 64 keys per step, after a cache-write launch
+    kGeneric,  // anything else (f32 prefill, other head sizes): one warp per (query, head), after a cache write
+};
+inline constexpr int64_t kDecodeMaxRows = 16;  // T * (nq / nkv) query rows per kv head in the decode kernel
+inline AttentionKernel choose_attention_kernel(const AttentionArgs& a) {
+    const int64_t es = act_bytes(a.dtype), G = a.nkv > 0 ? a.nq / a.nkv : 0;
+    const auto al = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    const bool vec = al(a.q) && al(a.k) && al(a.v) && al(a.k_cache) && al(a.v_cache) && al(a.out) &&
+                     (a.D * es) % 16 == 0 && (a.ld_q * es) % 16 == 0 && (a.ld_k * es) % 16 == 0 &&
+                     (a.ld_v * es) % 16 == 0 && (a.ld_out * es) % 16 == 0;
+    if (vec && (a.D == 64 || a.D == 128 || a.D == 256) && a.T * G <= kDecodeMaxRows) return AttentionKernel::kDecode;
+    if (vec && a.dtype == ActDType::kBF16 && a.D == 128) return AttentionKernel::kFlash;
+    return AttentionKernel::kGeneric;
+}
+
+// Key ranges of the decode kernel: about one CTA per SM over all kv heads (enough to stream the cache with every SM,
+// few enough partials for a cheap merge), whole chunks per split, at most max_splits.
+struct DecodeSplit {
+    int64_t splits, keys_per_split;
+};
+inline DecodeSplit choose_decode_split(int64_t keys, int64_t nkv, int64_t sm_count, int64_t chunk, int64_t max_splits) {
+    const int64_t chunks = keys > 0 ? (keys + chunk - 1) / chunk : 1;
+    int64_t want = nkv > 0 ? (sm_count + nkv - 1) / nkv : 1;
+    want = want < 1 ? 1 : want;
+    want = want < chunks ? want : chunks;
+    want = want < max_splits ? want : max_splits;
+    const int64_t per = (chunks + want - 1) / want;
+    return {(chunks + per - 1) / per, per * chunk};
+}
+
+// ---- elementwise ops on (T, W) row-strided views ---------------------------------------------------------------
+enum class Eltwise : int32_t {
+    kAdd = 0,             // out = a + b
+    kClamp = 1,           // out = clamp(a, -limit, limit)            (out may be a)
+    kGatedAct = 2,        // out = act(a[:, :W]) * a[:, W:2W]          a (T, 2W)
+    kSigmoidGateAdd = 3,  // out += sigmoid(b[t, 0]) * a               b (T, 1)
+};
+struct EltwiseArgs {
+    Eltwise op;
+    const void* a;  // see Eltwise
+    const void* b;  // kAdd: (T, W); kSigmoidGateAdd: (T, 1); else nullptr
+    void* out;      // (T, W)
+    int64_t T, W, ld_a, ld_b, ld_out;
+    float limit;         // kClamp
+    int32_t activation;  // kGatedAct: moex::Activation (0 silu, 1 gelu erf, 2 gelu tanh, 3 relu)
+    ActDType dtype;
+};
+void launch_eltwise(Context& ctx, const EltwiseArgs& a);
+
+// ---- router: softmax (f32) over E logits, top-k (lower index on ties), optional renormalisation
+// ----------------------
+struct RouterTopkArgs {
+    const void* logits;  // (T, E) row-strided, logits_dtype
+    int32_t* ids;        // (T, k) contiguous
+    void* weights;       // (T, k) contiguous, weights_dtype
+    int64_t T, E, k, ld_logits;
+    bool normalize;
+    ActDType logits_dtype, weights_dtype;
+};
+void launch_router_topk(Context& ctx, const RouterTopkArgs& a);
+
+// ---- host-returning ops (they synchronise the stream) ------------------------------------------------------------
+// Index of the largest of n values (lowest index on ties; NaN never wins; 0 when every value is NaN).
+int64_t argmax_to_host(Context& ctx, const void* x, int64_t n, ActDType dtype);
+void copy_to_host_sync(Context& ctx, const void* src, int64_t bytes, void* host);
+
+}  // namespace moex::cuda::model

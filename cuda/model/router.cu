@@ -1,0 +1,58 @@
+// Launchers of router.cuh: router softmax/top-k, and the argmax that returns one index to the host.
+#include <algorithm>
+
+#include "cuda/common/check.h"
+#include "cuda/common/device.h"
+#include "cuda/model/context.cuh"
+#include "cuda/model/router.cuh"
+
+namespace moex::cuda::model {
+namespace {
+
+template <class TL>
+void router_typed(const RouterTopkArgs& a, cudaStream_t stream, int sm_count) {
+    const size_t smem = size_t(router::kWarps) * size_t(a.E + a.k) * sizeof(float);
+    const unsigned grid = unsigned(std::min<int64_t>(ceil_div(a.T, router::kWarps), int64_t(sm_count) * 16));
+    if (a.weights_dtype == ActDType::kBF16) {
+        router::router_topk_kernel<TL, __nv_bfloat16><<<grid, router::kWarps * 32, smem, stream>>>(a);
+    } else {
+        router::router_topk_kernel<TL, float><<<grid, router::kWarps * 32, smem, stream>>>(a);
+    }
+    MOEX_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void launch_router_topk(Context& ctx, const RouterTopkArgs& a) {
+    if (a.T == 0) return;
+    MOEX_REQUIRE(a.k >= 1 && a.k <= a.E, ErrorCode::kInvalidArgument, "router_topk: k must be in [1, E]");
+    MOEX_REQUIRE(router::kWarps * (a.E + a.k) * int64_t(sizeof(float)) <= 48 * 1024, ErrorCode::kUnsupported,
+                 "router_topk: more than 3072 experts");
+    const Context::Impl& s = ctx.impl();
+    if (a.logits_dtype == ActDType::kBF16) return router_typed<__nv_bfloat16>(a, s.stream, s.sm_count);
+    router_typed<float>(a, s.stream, s.sm_count);
+}
+
+int64_t argmax_to_host(Context& ctx, const void* x, int64_t n, ActDType dtype) {
+    MOEX_REQUIRE(n >= 1 && n < (int64_t(1) << 31), ErrorCode::kInvalidArgument, "argmax: row length out of range");
+    Context::Impl& s = ctx.impl();
+    const int blocks = int(std::clamp<int64_t>(ceil_div(n, router::kArgmaxThreads), 1, int64_t(s.sm_count) * 2));
+    auto* part = static_cast<char*>(s.ensure(s.argmax_partials, size_t(blocks) * 8 + 256));
+    router::ArgmaxParams p{};
+    p.x = x, p.n = n;
+    p.part_v = reinterpret_cast<float*>(part);
+    p.part_i = reinterpret_cast<int32_t*>(part + size_t(blocks) * 4);
+    p.result = reinterpret_cast<int32_t*>(part + size_t(blocks) * 8);
+    p.counter = static_cast<int32_t*>(s.ensure(s.argmax_counter, sizeof(int32_t), true));
+    if (dtype == ActDType::kBF16) {
+        router::argmax_kernel<__nv_bfloat16><<<blocks, router::kArgmaxThreads, 0, s.stream>>>(p);
+    } else {
+        router::argmax_kernel<float><<<blocks, router::kArgmaxThreads, 0, s.stream>>>(p);
+    }
+    MOEX_LAUNCH_CHECK();
+    CUDA_CHECK(cudaMemcpyAsync(s.host_word, p.result, sizeof(int32_t), cudaMemcpyDeviceToHost, s.stream));
+    CUDA_CHECK(cudaStreamSynchronize(s.stream));
+    return int64_t(*reinterpret_cast<const int32_t*>(s.host_word));
+}
+
+}  // namespace moex::cuda::model

@@ -1,0 +1,47 @@
+// The safetensors files of a checkpoint directory: model.safetensors, or the shards that
+// model.safetensors.index.json maps tensor names to. Shards are memory-mapped on first use; every shard path is
+// checked to stay inside the directory before anything is opened.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "moex/safetensors.h"
+
+namespace moex::model {
+
+class CheckpointFiles {
+   public:
+    // model.safetensors wins when both it and the index exist (as transformers does). kNotFound when neither exists,
+    // kFormat for a malformed index, kInvalidArgument for a shard path that is absolute or contains "..".
+    explicit CheckpointFiles(std::string dir);
+
+    struct Found {
+        const SafetensorsFile* file;
+        const SafetensorsInfo* info;
+    };
+    // The file holding `name`, or nullopt. Opens (and validates) a shard the first time one of its tensors is asked
+    // for: kNotFound naming a missing shard file, kFormat when the shard lacks a tensor the index maps to it.
+    std::optional<Found> find(const std::string& name);
+
+    // What was searched, for "not found" messages: "DIR/model.safetensors" or "DIR/model.safetensors.index.json
+    // and its 3 shards".
+    std::string searched() const;
+    const std::string& dir() const { return dir_; }
+
+   private:
+    const SafetensorsFile& shard(const std::string& relative);
+
+    std::string dir_;
+    std::string index_path_;                         // empty: a single model.safetensors
+    std::map<std::string, std::string> weight_map_;  // tensor name -> shard path relative to dir_
+    size_t shard_count_ = 0;
+    std::map<std::string, std::unique_ptr<SafetensorsFile>> open_;  // relative shard path -> mapped file
+};
+
+// Checks one shard path of an index: relative, no "..", no control characters (kInvalidArgument otherwise).
+void check_shard_path(const std::string& index_path, const std::string& relative);
+
+}  // namespace moex::model
