@@ -111,7 +111,7 @@ if want deps || want configure; then
         [[ -d "$BUILD/gtest-prefix/include" ]] && PREFIXES+=("$BUILD/gtest-prefix")
     fi
     missing=()
-    for h in nlohmann/json.hpp fmt/format.h CLI/CLI.hpp pcre2.h gtest/gtest.h; do has_header "$h" || missing+=("$h"); done
+    for h in nlohmann/json.hpp fmt/format.h CLI/CLI.hpp pcre2.h utf8proc.h gtest/gtest.h; do has_header "$h" || missing+=("$h"); done
     if ((${#missing[@]})); then
         [[ " ${missing[*]} " == *" gtest/gtest.h "* ]] && TESTS=OFF
         fail_step deps "missing ${missing[*]}: on the build machine run 'bash scripts/gpu_check.sh --pack-deps .deps' and carry .deps"

@@ -58,7 +58,7 @@ if want moex; then
     for impl in grouped_mm batched_mm; do
         log="$OUT/moex_generate_$impl.log"
         if "$BUILD/moex" generate --model "$CKPT" --device cuda --random-prompt "$PROMPT" --max-new-tokens "$NEW" \
-            --ignore-eos --temperature 0 --runs 5 --experts-implementation "$impl" --verbose >"$log" 2>&1; then
+                --ignore-eos --temperature 0 --runs 5 --experts-implementation "$impl" --verbose >"$log" 2>&1; then
             stats=$(grep '^prefill:' "$log" | tail -1)
             pre=$(echo "$stats" | sed -E 's/.*prefill: [0-9]+ tokens, ([0-9.]+) tokens\/s.*/\1/')
             dec=$(echo "$stats" | sed -E 's/.*decode: [0-9]+ tokens, ([0-9.]+) tokens\/s.*/\1/')
