@@ -239,12 +239,15 @@ TEST_F(ModelApi, GenerationOnCudaSwitchesForDecodeAndRestores) {
     ModelOptions o = cpu();
     o.device = Device::kCUDA;
     Model m = Model::from_pretrained(make(qwen3()), o);
-    std::vector<std::pair<int64_t, std::string>> seen;
-    m.set_experts_observer([&](int64_t, const std::string& b, int64_t t) { seen.emplace_back(t, b); });
+    std::vector<std::pair<int64_t, std::string>> seen;  // (tokens, backend) of each forward's first MoE layer
+    m.set_experts_observer([&](int64_t layer, const std::string& b, int64_t t) {
+        if (layer == 0) seen.emplace_back(t, b);
+    });
     SamplingOptions s;
     s.max_new_tokens = 4;
     s.stop_on_eos = false;
     m.generate(std::vector<int32_t>{1, 2, 3, 4}, s);
+    ASSERT_EQ(seen.size(), 4u);  // prefill + 3 decode steps
     ASSERT_FALSE(seen.empty());
     EXPECT_EQ(seen.front(), std::make_pair(int64_t(4), std::string("grouped_mm")));  // prefill
     for (size_t i = 1; i < seen.size(); ++i) EXPECT_EQ(seen[i].second, "batched_mm") << "decode forward " << i;

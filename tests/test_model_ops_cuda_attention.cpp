@@ -93,7 +93,21 @@ TEST_P(ModelOpsCudaAttention, MatchesReferenceAndWritesTheCache) {
         ops->attention(qkv.block(0, c.nq * D), qkv.block(c.nq * D, c.nkv * D), qkv.block((c.nq + c.nkv) * D, c.nkv * D),
                        kc.view(), vc.view(), c.pos0, shape, out.view());
         ops->synchronize();
-        EXPECT_TRUE(close_to(out, ref)) << c.name << " run " << rep;
+        if (dt == DType::kBF16) {
+            // bf16 flash attention rounds P to bf16 before P·V (as FlashAttention does): allow 2 bf16 ulps, not 1.
+            const Tensor t = out.download();
+            double ss = 0;
+            for (double r : ref) ss += r * r;
+            const double rms = std::sqrt(ss / double(ref.size()));
+            int64_t bad = 0;
+            for (int64_t i = 0; i < int64_t(ref.size()); ++i) {
+                const double got = bf16_to_f32(t.view().ptr<uint16_t>()[i]), want = ref[size_t(i)];
+                if (!(std::fabs(got - want) <= 8e-3 * rms + 8e-3 * std::fabs(want))) ++bad;
+            }
+            EXPECT_EQ(bad, 0) << c.name << " run " << rep << ": values beyond 2 bf16 ulps";
+        } else {
+            EXPECT_TRUE(close_to(out, ref)) << c.name << " run " << rep;
+        }
     }
     const std::vector<double> kgot = kc.read(), vgot = vc.read();
     int64_t wrong = 0;
