@@ -44,7 +44,7 @@ fi
 if want hf; then
     python3 "$ROOT/bench/hf_generate_bench.py" --model "$CKPT" --prompt-tokens "$PROMPT" --new-tokens "$NEW" \
         >"$OUT/hf_generate.log" 2>&1
-    grep '^{' "$OUT/hf_generate.log" >"$OUT/hf_generate.jsonl"
+    grep '^{"setting"' "$OUT/hf_generate.log" >"$OUT/hf_generate.jsonl"
     python3 - "$OUT/hf_generate.jsonl" <<'PY' | while IFS='|' read -r a b c d; do row "$a" "$b" "$c" "$d" ""; done
 import json, sys
 for line in open(sys.argv[1]):
