@@ -5,7 +5,8 @@
 # pass for T <= 64), compute-sanitizer memcheck and racecheck on a small sweep; the bench table and a summary table at
 # the end. Logs go to $OUT (default build-gpu/gpu-check).
 #
-# Usage: bash scripts/gpu_check.sh [--steps env,deps,configure,build,test,sm90,sass,bench,memcheck,racecheck,portable]
+# Usage: bash scripts/gpu_check.sh [--steps env,deps,configure,build,test,sm90,sass,bench,memcheck,racecheck,
+#                                           memcheck_model,racecheck_model,portable]
 #        bash scripts/gpu_check.sh --pack-deps DIR    (on a Debian build machine: copy the apt headers/libs into DIR/usr)
 # Env: OUT, BUILD_DIR (build-gpu), JOBS (16), BUDGET_S (560: steps are time-boxed so the summary always prints),
 #      BENCH_ARGS (extra `moex bench` arguments for both passes, e.g. "--shapes qwen3-30b-a3b"),
@@ -29,7 +30,7 @@ if [[ "${1:-}" == "--pack-deps" ]]; then  # run on the build machine, then carry
     exit 0
 fi
 
-STEPS="env,deps,configure,build,test,sm90,sass,bench,memcheck,racecheck,portable"
+STEPS="env,deps,configure,build,test,sm90,sass,bench,memcheck,racecheck,memcheck_model,racecheck_model,portable"
 if [[ "${1:-}" == "--steps" ]]; then STEPS=${2:?}; fi
 BUILD=${BUILD_DIR:-$ROOT/build-gpu}
 OUT=${OUT:-$BUILD/gpu-check}
@@ -255,6 +256,10 @@ sweep() {  # backends... -> gtest filter
 }
 if want memcheck; then sanitize memcheck memcheck "$(sweep eager batched_mm grouped_mm)" 170; fi
 if want racecheck; then sanitize racecheck racecheck "$(sweep batched_mm grouped_mm)" 130; fi
+# The model runtime's own kernels (cuda/model): every op, parity on two fixtures, the decode switch.
+MODEL_FILTER="ModelOpsCuda*:*ModelParity*qwen3_moe_grouped_mm_cuda*:*ModelParity*olmoe_batched_mm_cuda*:ModelApi.*Cuda*"
+if want memcheck_model; then sanitize memcheck_model memcheck "$MODEL_FILTER" 200; fi
+if want racecheck_model; then sanitize racecheck_model racecheck "ModelOpsCuda*" 150; fi
 
 # ---- the same CUDA tests of grouped_mm with the portable grouped GEMM forced (MOEX_GEMM=portable) -----------------
 if want portable && [[ -x "$TESTS_BIN" ]]; then
