@@ -169,6 +169,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const __grid
                 psum += pr;
             }
             psum = warp_sum(psum);
+            __syncwarp();  // every lane has read row_m[m] before lane 0 overwrites it
             if (lane == 0) {
                 const float alpha = exp2f(m_old - base);
                 row_m[m] = m_new;
