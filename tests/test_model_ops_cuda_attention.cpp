@@ -36,7 +36,9 @@ class ModelOpsCudaAttention : public ::testing::TestWithParam<std::tuple<DType, 
 
 // out[t, h*D + d] = sum_j softmax_j(scale * q·K[j]) V[j][d] over keys [lo, pos0 + t]; K[j] is the cache below pos0,
 // the new rows from there on.
-std::vector<double> attention_ref(const AttnCase& c, const Mat& qkv, const Mat& kc, const Mat& vc) {
+// magnitude (optional) receives sum_j p_j |V[j][d]| per output: the scale of the rounding error of P.
+std::vector<double> attention_ref(const AttnCase& c, const Mat& qkv, const Mat& kc, const Mat& vc,
+                                  std::vector<double>* magnitude = nullptr) {
     const int64_t D = c.D, G = c.nq / c.nkv, koff = c.nq * D, voff = (c.nq + c.nkv) * D;
     const double scale = 1.0 / std::sqrt(double(D));
     auto key = [&](int64_t j, int64_t kvh, int64_t d) {
@@ -46,6 +48,7 @@ std::vector<double> attention_ref(const AttnCase& c, const Mat& qkv, const Mat& 
         return j < c.pos0 ? vc.at(j, kvh * D + d) : qkv.at(j - c.pos0, voff + kvh * D + d);
     };
     std::vector<double> out(size_t(c.T * c.nq * D));
+    if (magnitude) magnitude->assign(out.size(), 0.0);
     for (int64_t t = 0; t < c.T; ++t)
         for (int64_t h = 0; h < c.nq; ++h) {
             const int64_t pos = c.pos0 + t, lo = c.window > 0 ? std::max<int64_t>(0, pos - c.window + 1) : 0;
@@ -60,9 +63,13 @@ std::vector<double> attention_ref(const AttnCase& c, const Mat& qkv, const Mat& 
             }
             for (double& x : s) sum += (x = std::exp(x - mx));
             for (int64_t d = 0; d < D; ++d) {
-                double o = 0;
-                for (int64_t j = lo; j <= pos; ++j) o += s[size_t(j - lo)] * val(j, kvh, d);
+                double o = 0, mag = 0;
+                for (int64_t j = lo; j <= pos; ++j) {
+                    o += s[size_t(j - lo)] * val(j, kvh, d);
+                    mag += s[size_t(j - lo)] * std::fabs(val(j, kvh, d));
+                }
                 out[size_t(t * c.nq * D + h * D + d)] = o / sum;
+                if (magnitude) (*magnitude)[size_t(t * c.nq * D + h * D + d)] = mag / sum;
             }
         }
     return out;
@@ -86,7 +93,8 @@ TEST_P(ModelOpsCudaAttention, MatchesReferenceAndWritesTheCache) {
     const Mat qkv = random_mat(c.T, W, dt, rng);
     const Mat kc = history_cache(c, dt, rng), vc = history_cache(c, dt, rng);
     const model::AttentionShape shape{c.nq, c.nkv, D, c.window, float(1.0 / std::sqrt(double(D)))};
-    const std::vector<double> ref = attention_ref(c, qkv, kc, vc);
+    std::vector<double> magnitude;
+    const std::vector<double> ref = attention_ref(c, qkv, kc, vc, &magnitude);
     // Twice: the second launch checks that the decode kernel's arrival counters were reset by the first.
     for (int rep = 0; rep < 2; ++rep) {
         const Mat out = poisoned(c.T, c.nq * D, dt);
@@ -94,18 +102,20 @@ TEST_P(ModelOpsCudaAttention, MatchesReferenceAndWritesTheCache) {
                        kc.view(), vc.view(), c.pos0, shape, out.view());
         ops->synchronize();
         if (dt == DType::kBF16) {
-            // bf16 flash attention rounds P to bf16 before P·V (as FlashAttention does); where a few keys dominate a
-            // large output the error reaches ~1.5%: allow 1.6e-2·|ref| + 8e-3·rms (measured worst 1.25%).
+            // bf16 flash attention rounds P to bf16 before P·V (as FlashAttention does): each term carries up to
+            // 2^-8 relative error, so the bound scales with sum_j p_j |v_j| (large under cancellation), plus one
+            // rounding of the output.
             const Tensor t = out.download();
-            double ss = 0;
-            for (double r : ref) ss += r * r;
-            const double rms = std::sqrt(ss / double(ref.size()));
             int64_t bad = 0;
+            double worst = 0;
             for (int64_t i = 0; i < int64_t(ref.size()); ++i) {
                 const double got = bf16_to_f32(t.view().ptr<uint16_t>()[i]), want = ref[size_t(i)];
-                if (!(std::fabs(got - want) <= 8e-3 * rms + 1.6e-2 * std::fabs(want))) ++bad;
+                const double err = std::fabs(got - want), bound = 8e-3 * magnitude[size_t(i)] + 4e-3 * std::fabs(want);
+                worst = std::max(worst, err / bound);
+                if (!(err <= bound)) ++bad;
             }
-            EXPECT_EQ(bad, 0) << c.name << " run " << rep << ": values beyond the bf16 flash tolerance";
+            EXPECT_EQ(bad, 0) << c.name << " run " << rep << ": values beyond the bf16 flash bound (worst "
+                              << worst << "x the bound)";
         } else {
             EXPECT_TRUE(close_to(out, ref)) << c.name << " run " << rep;
         }
