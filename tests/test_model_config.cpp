@@ -8,24 +8,16 @@
 
 #include "moex/error.h"
 #include "moex/model_config.h"
+#include "tests/test_support.h"
 #include "tests/tiny_checkpoint.h"
 
 namespace moex {
 namespace {
 
+using test::expect_error;
+
 namespace fs = std::filesystem;
 
-// Runs `f`, expecting a moex::Error with `code` whose message contains `part`.
-template <class F>
-void expect_error(F&& f, ErrorCode code, const std::string& part) {
-    try {
-        f();
-        ADD_FAILURE() << "no error; expected one containing: " << part;
-    } catch (const Error& e) {
-        EXPECT_EQ(int(e.code()), int(code)) << e.what();
-        EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "message: " << e.what();
-    }
-}
 
 ModelConfig parse(const std::string& json, const std::string& gen = "") { return parse_model_config(json, gen); }
 

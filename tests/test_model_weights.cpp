@@ -12,10 +12,13 @@
 #include "moex/safetensors.h"
 #include "src/model/progress.h"
 #include "src/model/weights.h"
+#include "tests/test_support.h"
 #include "tests/tiny_checkpoint.h"
 
 namespace moex {
 namespace {
+
+using test::expect_error;
 
 namespace fs = std::filesystem;
 using model::LoadOptions;
@@ -279,16 +282,6 @@ TEST(ModelWeights, CudaRefusedWithoutCuda) {
 
 // ---- errors: each names the file and the tensor ----
 
-template <class F>
-void expect_error(F&& f, ErrorCode code, const std::string& part) {
-    try {
-        f();
-        ADD_FAILURE() << "no error; expected one containing: " << part;
-    } catch (const Error& e) {
-        EXPECT_EQ(int(e.code()), int(code)) << e.what();
-        EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "message: " << e.what();
-    }
-}
 
 void edit(const Checkpoint& ck, const std::string& file, const std::function<void(std::vector<test::RawTensor>&)>& f) {
     test::edit_safetensors((fs::path(ck.dir) / file).string(), f);

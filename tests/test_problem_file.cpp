@@ -15,21 +15,7 @@
 namespace moex {
 namespace {
 
-// Files go to a per-process folder that is removed when the test program exits.
-std::string temp_path(const std::string& stem) {
-    struct Folder {
-        std::filesystem::path path =
-            std::filesystem::temp_directory_path() / ("moex_problem_test_" + std::to_string(::getpid()));
-        Folder() { std::filesystem::create_directories(path); }
-        ~Folder() {
-            std::error_code ignored;
-            std::filesystem::remove_all(path, ignored);
-        }
-    };
-    static Folder folder;
-    static std::atomic<int> counter{0};
-    return (folder.path / (std::to_string(counter++) + "_" + stem)).string();
-}
+using test::temp_path;
 
 uint64_t fresh_seed() { return std::random_device{}(); }
 

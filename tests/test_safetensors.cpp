@@ -11,27 +11,14 @@
 
 #include "moex/error.h"
 #include "moex/safetensors.h"
+#include "tests/test_support.h"
 
 namespace moex {
 namespace {
 
-using namespace std::string_literals;
+using test::temp_path;
 
-// Files go to a per-process folder that is removed when the test program exits.
-std::string temp_path(const std::string& stem) {
-    struct Folder {
-        std::filesystem::path path =
-            std::filesystem::temp_directory_path() / ("moex_io_test_" + std::to_string(::getpid()));
-        Folder() { std::filesystem::create_directories(path); }
-        ~Folder() {
-            std::error_code ignored;
-            std::filesystem::remove_all(path, ignored);
-        }
-    };
-    static Folder folder;
-    static std::atomic<int> counter{0};
-    return (folder.path / (std::to_string(counter++) + "_" + stem)).string();
-}
+using namespace std::string_literals;
 
 void write_bytes(const std::string& path, const std::string& bytes) {
     std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));

@@ -1,10 +1,14 @@
 // The shared test harness: random problems, placement on a device, poisoned runs, tolerances, comparison.
 #include "tests/test_support.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 
 #include "moex/error.h"
@@ -306,6 +310,21 @@ std::string gtest_safe(std::string s) {
     for (char& c : s)
         if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
     return s;
+}
+
+std::string temp_path(const std::string& stem) {
+    struct Folder {
+        std::filesystem::path path =
+            std::filesystem::temp_directory_path() / ("moex_test_" + std::to_string(::getpid()));
+        Folder() { std::filesystem::create_directories(path); }
+        ~Folder() {
+            std::error_code ignored;
+            std::filesystem::remove_all(path, ignored);
+        }
+    };
+    static Folder folder;
+    static std::atomic<int> counter{0};
+    return (folder.path / (std::to_string(counter++) + "_" + stem)).string();
 }
 
 }  // namespace moex::test

@@ -11,6 +11,7 @@
 
 #include "moex/backend.h"
 #include "moex/device.h"
+#include "moex/error.h"
 #include "tests/reference.h"
 #include "tests/shapes.h"
 
@@ -99,6 +100,21 @@ std::vector<BackendOnDevice> backends_on_devices();
 std::string param_name(const BackendOnDevice& bd);          // "eager_cpu"
 void PrintTo(const BackendOnDevice& bd, std::ostream* os);  // how gtest shows the parameter
 std::string gtest_safe(std::string s);                      // non-alphanumerics -> '_'
+
+// A path in a per-process temporary folder that is removed when the test program exits.
+std::string temp_path(const std::string& stem);
+
+// Runs f, expecting a moex::Error with `code` whose message contains `part`.
+template <class F>
+void expect_error(F&& f, ErrorCode code, const std::string& part) {
+    try {
+        f();
+        ADD_FAILURE() << "no error; expected one containing: " << part;
+    } catch (const Error& e) {
+        EXPECT_EQ(int(e.code()), int(code)) << e.what();
+        EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "message: " << e.what();
+    }
+}
 
 }  // namespace moex::test
 
