@@ -26,7 +26,11 @@ class DecodeSwitch {
         }
     }
     ~DecodeSwitch() {
-        if (!original_.empty()) state_.restore(original_);  // same names as before: cannot fail validation
+        if (original_.empty()) return;
+        try {
+            state_.restore(original_);  // the names that were valid before the loop: validation cannot fail
+        } catch (...) {
+        }
     }
     DecodeSwitch(const DecodeSwitch&) = delete;
     DecodeSwitch& operator=(const DecodeSwitch&) = delete;
@@ -59,9 +63,9 @@ GenerationResult Model::generate(const std::vector<int32_t>& prompt_ids, const S
     r.prompt_ids = prompt_ids;
     MOEX_REQUIRE(!prompt_ids.empty(), ErrorCode::kInvalidArgument, "generate: the prompt has no tokens");
     MOEX_REQUIRE(int64_t(prompt_ids.size()) < m.max_context, ErrorCode::kInvalidArgument,
-                 "the prompt has " + std::to_string(prompt_ids.size()) + " tokens, more than the model's context of " +
-                     std::to_string(m.max_context - 1) + " tokens leaves room for (max_context " +
-                     std::to_string(m.max_context) + ")");
+                 "the prompt has " + std::to_string(prompt_ids.size()) + " tokens; the model's context (max_context " +
+                     std::to_string(m.max_context) + ") leaves room for at most " +
+                     std::to_string(m.max_context - 1) + " prompt tokens");
     MOEX_REQUIRE(sampling.max_new_tokens >= 0, ErrorCode::kInvalidArgument, "max_new_tokens must be >= 0");
     const bool greedy = sampling.temperature <= 0;
     std::optional<model::Sampler> sampler;
