@@ -94,7 +94,7 @@ void Model::Impl::ensure_scratch(int64_t rows) {
     if (rows <= scratch.rows) return;
     const ModelConfig& c = config;
     const Device dev = options.device;
-    const int64_t H = c.hidden_size, k = std::max<int64_t>(c.num_experts_per_tok, 1);
+    const int64_t H = c.hidden_size, k = c.num_experts_per_tok;  // > 0: config.json is checked
     const int64_t wide = std::max({2 * c.moe_intermediate_size, 2 * c.intermediate_size,
                                    2 * c.shared_expert_intermediate_size, int64_t(2)});
     Scratch s;
@@ -120,14 +120,9 @@ namespace {
 
 // The dense gated MLP (qwen dense layers, qwen2_moe's shared expert): down(act(gate(x)) * up(x)).
 void gated_mlp(model::Ops& ops, const TensorView& x, const DeviceTensor& gate_up, const DeviceTensor& down,
-               Activation act, const TensorView& gu_buf, const TensorView& act_buf, const TensorView& out) {
+               Activation act, const DeviceTensor& gu_buf, const DeviceTensor& act_buf, const TensorView& out) {
     const int64_t T = x.shape[0], I = down.view().shape[1];
-    TensorView gu_c = first_rows(gu_buf, T);  // contiguous (T, 2I) view of the scratch
-    gu_c.shape[1] = 2 * I;
-    gu_c.strides[0] = 2 * I;
-    TensorView a = first_rows(act_buf, T);
-    a.shape[1] = I;
-    a.strides[0] = I;
+    const TensorView gu_c = model::packed(gu_buf, T, 2 * I), a = model::packed(act_buf, T, I);
     ops.linear(x, gate_up.view(), {}, gu_c);
     ops.gated_act(gu_c, act, a);
     ops.linear(a, down.view(), {}, out);
@@ -181,10 +176,7 @@ void Model::Impl::forward_to_logits(const std::vector<int32_t>& ids) {
         const TensorView moe_out = first_rows(s.moe_out, T);
         if (w.is_moe()) {
             const TensorView logits = first_rows(s.router_logits, T);
-            const TensorView top_ids = first_rows(s.ids, T), top_w = first_rows(s.weights, T);
-            TensorView ids_v = top_ids, w_v = top_w;
-            ids_v.shape[1] = w_v.shape[1] = c.num_experts_per_tok;
-            ids_v.strides[0] = w_v.strides[0] = c.num_experts_per_tok;
+            const TensorView ids_v = first_rows(s.ids, T), w_v = first_rows(s.weights, T);  // (T, k)
             o.linear(h, w.router.view(), {}, logits);
             o.router_topk(logits, c.num_experts_per_tok, c.norm_topk_prob, ids_v, w_v);
             ExpertsProblem p;
@@ -197,13 +189,13 @@ void Model::Impl::forward_to_logits(const std::vector<int32_t>& ids) {
             if (observer) observer(l, backend_name, T);
             backend.run(p, moe_out, o.experts_options());
             if (w.shared_gate_up.view().defined()) {
-                gated_mlp(o, h, w.shared_gate_up, w.shared_down, c.hidden_act, s.gate_up.view(), s.act.view(), tmp);
+                gated_mlp(o, h, w.shared_gate_up, w.shared_down, c.hidden_act, s.gate_up, s.act, tmp);
                 const TensorView gate = first_rows(s.shared_gate, T);
                 o.linear(h, w.shared_gate.view(), {}, gate);
                 o.sigmoid_gate_add(gate, tmp, moe_out);
             }
         } else {
-            gated_mlp(o, h, w.mlp_gate_up, w.mlp_down, c.hidden_act, s.gate_up.view(), s.act.view(), moe_out);
+            gated_mlp(o, h, w.mlp_gate_up, w.mlp_down, c.hidden_act, s.gate_up, s.act, moe_out);
         }
         o.add(x, moe_out, x);
     }

@@ -19,6 +19,14 @@ inline TensorView first_rows(const TensorView& t, int64_t n) {
 }
 inline TensorView first_rows(const DeviceTensor& t, int64_t n) { return first_rows(t.view(), n); }
 
+// A contiguous (rows, cols) view at the start of a scratch buffer allocated wider (rows * cols must fit in it).
+inline TensorView packed(const DeviceTensor& t, int64_t rows, int64_t cols) {
+    TensorView v = first_rows(t, rows);
+    v.shape[1] = cols;
+    v.strides[0] = cols;
+    return v;
+}
+
 // Rows [r, r + n) of a 2-D view.
 inline TensorView row_block(const TensorView& t, int64_t r, int64_t n) {
     TensorView v = t;
