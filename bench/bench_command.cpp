@@ -1,5 +1,5 @@
 // `moex bench`: backends × shapes × token counts on the CPU (floor terms measured first; llama.cpp's MUL_MAT_ID for
-// the qwen3 shape) or on CUDA (the H200's measured peaks; Hugging Face's best). Shapes come from tests/shapes.h.
+// the qwen3 shape) or on CUDA (the H200's measured peaks; Hugging Face's best). Shapes come from common/shapes.h.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -7,14 +7,15 @@
 #include <new>
 
 #include "bench/baselines.h"
+#include "bench/bench_command.h"
 #include "bench/cases.h"
 #include "bench/cuda_cases.h"
 #include "bench/machine.h"
 #include "bench/report.h"
+#include "common/cli_parse.h"
+#include "common/shapes.h"
 #include "moex/device.h"
 #include "moex/error.h"
-#include "tests/shapes.h"
-#include "tools/cli.h"
 #if MOEX_WITH_CUDA
 #include "cuda/launch.h"
 #endif
@@ -94,7 +95,7 @@ std::vector<const Backend*> pick_backends(const std::vector<std::string>& names,
 // Fills the device defaults into `a` and checks it.
 BenchConfig make_config(BenchArgs& a) {
     BenchConfig c;
-    c.device = cli::parse_device(a.device);
+    c.device = common::parse_device(a.device);
     if (c.device == Device::kCUDA) require_cuda_device();
     MOEX_REQUIRE(!a.graph || c.device == Device::kCUDA, ErrorCode::kInvalidArgument, "--graph needs --device cuda");
     const DeviceDefaults& d = defaults_for(c.device);
@@ -105,8 +106,8 @@ BenchConfig make_config(BenchArgs& a) {
     if (a.tokens.empty()) a.tokens = d.tokens;
     if (a.backends.empty()) a.backends = d.backends;
     c.graph = a.graph;
-    c.dtype = cli::parse_activation_dtype(a.dtype);
-    c.threads = cli::resolve_threads(a.threads);
+    c.dtype = common::parse_activation_dtype(a.dtype);
+    c.threads = common::resolve_threads(a.threads);
     MOEX_REQUIRE(a.reps >= 1 && a.warmup >= 0, ErrorCode::kInvalidArgument, "--reps must be >= 1, --warmup >= 0");
     MOEX_REQUIRE(a.case_seconds > 0 && a.max_weight_gb > 0, ErrorCode::kInvalidArgument,
                  "--case-seconds and --max-weight-gb must be positive");
@@ -194,7 +195,7 @@ void run(BenchArgs a) {
                                     config.threads, cpu.hardware_threads));
     const MachineFloor floor = make_floor(a, config, notes);
     Reporter report(a.json, a.json_file);
-    report.header(cpu, floor, config, cli::command_line());
+    report.header(cpu, floor, config, common::command_line());
     for (const auto& n : notes) report.note(n);
     if (a.floor_only) return;
     if (backends.empty())
@@ -209,12 +210,9 @@ void run(BenchArgs a) {
 }
 
 }  // namespace
-}  // namespace moex::bench
-
-namespace moex::cli {
 
 void add_bench_command(CLI::App& app) {
-    auto a = std::make_shared<bench::BenchArgs>();
+    auto a = std::make_shared<BenchArgs>();
     CLI::App* cmd = app.add_subcommand("bench",
                                        "Time backends × shapes × token counts against the machine's floor (and, on "
                                        "CUDA, Hugging Face's best)");
@@ -222,7 +220,7 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--backends", a->backends,
                     "Comma-separated backend names (default: CPU every registered one; CUDA batched_mm,grouped_mm)")
         ->delimiter(',');
-    cmd->add_option("--shapes", a->shapes, "Comma-separated shape names from tests/shapes.h (default: all)")
+    cmd->add_option("--shapes", a->shapes, "Comma-separated shape names from common/shapes.h (default: all)")
         ->delimiter(',');
     cmd->add_option("--tokens", a->tokens,
                     "Comma-separated token counts (default: CPU 1,8,64,512,1024,4096; CUDA 1,8,64,512,4096,16384)")
@@ -246,7 +244,7 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--floor-only", a->floor_only, "Print the floor terms, time nothing");
     cmd->add_flag("--json", a->json, "JSON lines on stdout instead of the text table");
     cmd->add_option("--json-file", a->json_file, "Also write the JSON lines to this file (the table stays on stdout)");
-    cmd->callback([a] { bench::run(*a); });
+    cmd->callback([a] { run(*a); });
 }
 
-}  // namespace moex::cli
+}  // namespace moex::bench

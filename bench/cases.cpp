@@ -10,7 +10,7 @@
 
 #include "bench/output_check.h"
 #include "moex/error.h"
-#include "tools/random_data.h"
+#include "common/random_data.h"
 
 namespace moex::bench {
 namespace {
@@ -34,18 +34,18 @@ DeviceTensor random_weights(DType dtype, std::initializer_list<int64_t> shape, u
                             int threads) {
     if (device == Device::kCPU) {
         DeviceTensor t(dtype, shape.begin(), int(shape.size()), device);
-        cli::fill_random(t.view(), kWeightStd, seed, cli::Distribution::kUniform, threads);
+        common::fill_random(t.view(), kWeightStd, seed, common::Distribution::kUniform, threads);
         return t;
     }
     Tensor host(dtype, shape);
-    cli::fill_random(host.view(), kWeightStd, seed, cli::Distribution::kUniform, threads);
+    common::fill_random(host.view(), kWeightStd, seed, common::Distribution::kUniform, threads);
     return DeviceTensor::from_host(host.view(), device);
 }
 
 }  // namespace
 
 uint64_t case_seed(const BenchConfig& c, const shapes::ExpertsShape& shape, int64_t T) {
-    return cli::mix_seed(cli::mix_seed(c.seed, fnv1a(shape.name)), uint64_t(T));
+    return common::mix_seed(common::mix_seed(c.seed, fnv1a(shape.name)), uint64_t(T));
 }
 
 ShapePlan plan_shape(const shapes::ExpertsShape& s, const BenchConfig& c) {
@@ -83,7 +83,7 @@ ShapePlan plan_shape(const shapes::ExpertsShape& s, const BenchConfig& c) {
 ShapeBench::ShapeBench(const ShapePlan& plan, const BenchConfig& config) : plan_(plan), config_(config) {
     const auto& m = plan.model;
     for (int s = 0; s < plan.sets; ++s) {
-        const uint64_t seed = cli::mix_seed(config.seed, uint64_t(s) * 2 + 1);
+        const uint64_t seed = common::mix_seed(config.seed, uint64_t(s) * 2 + 1);
         gate_up_.push_back(random_weights(config.dtype, {plan.E, 2 * m.I, m.H}, seed, config.device, config.threads));
         down_.push_back(random_weights(config.dtype, {plan.E, m.H, m.I}, seed + 1, config.device, config.threads));
     }
@@ -94,7 +94,7 @@ CaseResult ShapeBench::run(const Backend& backend, int64_t T) {
     const uint64_t seed = case_seed(config_, m, T);
     const Device dev = config_.device;
     Tensor x_host(config_.dtype, {T, m.H});
-    cli::fill_random(x_host.view(), 1.0, seed, cli::Distribution::kNormal, config_.threads);
+    common::fill_random(x_host.view(), 1.0, seed, common::Distribution::kNormal, config_.threads);
     const DeviceTensor x = DeviceTensor::from_host(x_host.view(), dev);
     const int64_t out_shape[2] = {T, m.H};
     DeviceTensor out(config_.dtype, out_shape, 2, dev);
@@ -103,9 +103,9 @@ CaseResult ShapeBench::run(const Backend& backend, int64_t T) {
     std::vector<Routing> routings(static_cast<size_t>(runs));
     for (int r = 0; r < runs; ++r) {  // all made and uploaded before any timing
         Tensor index(DType::kI64, {T, m.k}), weights(DType::kF32, {T, m.k});
-        cli::random_routing(index.view(), weights.view(), plan_.E, cli::mix_seed(seed, uint64_t(r) + 7));
+        common::random_routing(index.view(), weights.view(), plan_.E, common::mix_seed(seed, uint64_t(r) + 7));
         auto& rt = routings[size_t(r)];
-        rt.touched = cli::count_touched_experts(index.view(), plan_.E);
+        rt.touched = common::count_touched_experts(index.view(), plan_.E);
         rt.index = DeviceTensor::from_host(index.view(), dev);
         rt.weights = DeviceTensor::from_host(weights.view(), dev);
     }

@@ -9,7 +9,7 @@
 
 #include "moex/backend.h"
 #include "moex/device.h"
-#include "tests/shapes.h"
+#include "common/shapes.h"
 
 namespace moex::bench {
 

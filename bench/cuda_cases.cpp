@@ -9,7 +9,7 @@
 #include "bench/output_check.h"
 #include "moex/device.h"
 #include "moex/error.h"
-#include "tools/random_data.h"
+#include "common/random_data.h"
 #if MOEX_WITH_CUDA
 #include "cuda/launch.h"
 #endif
@@ -28,7 +28,7 @@ DeviceTensor device_weights(DType dtype, std::initializer_list<int64_t> shape, u
     for (int64_t off = 0, chunk = 0; off < n; off += kStagingElements, ++chunk) {
         const int64_t len = std::min(kStagingElements, n - off);
         const TensorView part = TensorView::contiguous(host.data(), dtype, {len});
-        cli::fill_random(part, kWeightStd, cli::mix_seed(seed, uint64_t(chunk)), cli::Distribution::kUniform, threads);
+        common::fill_random(part, kWeightStd, common::mix_seed(seed, uint64_t(chunk)), common::Distribution::kUniform, threads);
         cuda::copy_to_device(static_cast<char*>(t.view().data) + off * esize, host.data(), size_t(len * esize));
     }
     return t;
@@ -89,7 +89,7 @@ class CudaShapeBench : public CaseRunner {
 CudaShapeBench::CudaShapeBench(const ShapePlan& plan, const BenchConfig& config) : plan_(plan), config_(config) {
     const auto& m = plan.model;
     for (int s = 0; s < plan.sets; ++s) {
-        const uint64_t seed = cli::mix_seed(config.seed, uint64_t(s) * 2 + 1);
+        const uint64_t seed = common::mix_seed(config.seed, uint64_t(s) * 2 + 1);
         gate_up_.push_back(device_weights(config.dtype, {plan.E, 2 * m.I, m.H}, seed, config.threads));
         down_.push_back(device_weights(config.dtype, {plan.E, m.H, m.I}, seed + 1, config.threads));
     }
@@ -102,12 +102,12 @@ const CaseInputs& CudaShapeBench::inputs(int64_t T) {
     const auto& m = plan_.model;
     const uint64_t seed = case_seed(config_, m, T);
     Tensor x(config_.dtype, {T, m.H});
-    cli::fill_random(x.view(), 1.0, seed, cli::Distribution::kNormal, config_.threads);
+    common::fill_random(x.view(), 1.0, seed, common::Distribution::kNormal, config_.threads);
     in_.x = DeviceTensor::from_host(x.view(), Device::kCUDA);
     for (int s = 0; s < kRoutingSets; ++s) {
         Tensor index(DType::kI64, {T, m.k}), weights(DType::kF32, {T, m.k});
-        cli::random_routing(index.view(), weights.view(), plan_.E, cli::mix_seed(seed, uint64_t(s) + 7));
-        in_.touched.push_back(cli::count_touched_experts(index.view(), plan_.E));
+        common::random_routing(index.view(), weights.view(), plan_.E, common::mix_seed(seed, uint64_t(s) + 7));
+        in_.touched.push_back(common::count_touched_experts(index.view(), plan_.E));
         in_.index.push_back(DeviceTensor::from_host(index.view(), Device::kCUDA));
         in_.weights.push_back(DeviceTensor::from_host(weights.view(), Device::kCUDA));
     }

@@ -16,8 +16,8 @@ import statistics
 import sys
 import time
 
-# The one shape table lives in tests/shapes.h; read it rather than copy it, so the two benchmarks cannot drift.
-SHAPES_H = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "shapes.h")
+# The one shape table lives in common/shapes.h; read it rather than copy it, so the two benchmarks cannot drift.
+SHAPES_H = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common", "shapes.h")
 DEFAULT_TOKENS = [1, 8, 64, 512, 1024, 4096]
 KEEP_SETS_OVER_LLC = 4  # as bench/cases.cpp: all weight sets together >= 4x the last-level cache
 # (module, experts class, config class, config kwargs builder) per shape name

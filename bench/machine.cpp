@@ -17,7 +17,7 @@
 #include "moex/error.h"
 #include "moex/tensor.h"
 #include "src/cpu/gemm.h"
-#include "tools/random_data.h"
+#include "common/random_data.h"
 
 namespace moex::bench {
 namespace {
@@ -133,8 +133,8 @@ void measure_openblas(MachineFloor& f, int threads, DType weight_dtype, const fl
     auto sbgemm = reinterpret_cast<SbgemmFn>(dlsym(lib, "cblas_sbgemm"));
     if (weight_dtype == DType::kBF16 && sbgemm != nullptr) {
         Tensor A16(DType::kBF16, {n, n}), B16(DType::kBF16, {n, n});
-        cli::fill_random(A16.view(), 1.0, 3, cli::Distribution::kUniform, threads);
-        cli::fill_random(B16.view(), 0.02, 4, cli::Distribution::kUniform, threads);
+        common::fill_random(A16.view(), 1.0, 3, common::Distribution::kUniform, threads);
+        common::fill_random(B16.view(), 0.02, 4, common::Distribution::kUniform, threads);
         const auto* a16 = static_cast<const uint16_t*>(A16.data());
         const auto* b16 = static_cast<const uint16_t*>(B16.data());
         const double g16 = best_gflops(n, 3, [&] {
@@ -209,8 +209,8 @@ MachineFloor measure_floor(int threads, DType weight_dtype, int64_t read_bytes, 
 
     const int64_t n = gemm_n;
     Tensor A(DType::kF32, {n, n}), B(DType::kF32, {n, n}), C(DType::kF32, {n, n});
-    cli::fill_random(A.view(), 1.0, 1, cli::Distribution::kUniform, threads);
-    cli::fill_random(B.view(), 0.02, 2, cli::Distribution::kUniform, threads);
+    common::fill_random(A.view(), 1.0, 1, common::Distribution::kUniform, threads);
+    common::fill_random(B.view(), 0.02, 2, common::Distribution::kUniform, threads);
     const float* a = static_cast<const float*>(A.data());
     measure_openblas(f, threads, weight_dtype, a, static_cast<const float*>(B.data()), static_cast<float*>(C.data()),
                      n);
@@ -219,7 +219,7 @@ MachineFloor measure_floor(int threads, DType weight_dtype, int64_t read_bytes, 
     f.gemms.push_back({"moex dense_gemm f32", g32});
     if (weight_dtype != DType::kF32) {
         Tensor B16(weight_dtype, {n, n});
-        cli::fill_random(B16.view(), 0.02, 2, cli::Distribution::kUniform, threads);
+        common::fill_random(B16.view(), 0.02, 2, common::Distribution::kUniform, threads);
         const double g16 =
             best_gflops(n, 3, [&] { cpu::dense_gemm(a, B16.data(), weight_dtype, c, n, n, n, threads); });
         f.gemms.push_back({fmt::format("moex dense_gemm {}-weight", dtype_name(weight_dtype)), g16});

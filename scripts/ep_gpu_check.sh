@@ -36,11 +36,6 @@ if [[ -d "$DEPS/usr" ]]; then
         [[ -d "$p/${pair#*:}" ]] && args+=("-D${pair%%:*}_DIR=$p/${pair#*:}")
     done
 fi
-if ! grep -q 'add_subdirectory(ep)' "$ROOT/CMakeLists.txt"; then  # until the top level lists ep/, include it late
-    echo 'cmake_language(DEFER DIRECTORY ${CMAKE_SOURCE_DIR} CALL include ${CMAKE_SOURCE_DIR}/ep/CMakeLists.txt)' \
-        >"$BUILD/ep_defer.cmake"
-    args+=("-DCMAKE_PROJECT_INCLUDE=$BUILD/ep_defer.cmake")
-fi
 if cmake "${args[@]}" >"$OUT/configure.log" 2>&1; then
     record configure OK "$(grep -o 'moex EP: NCCL transport [A-Z]* ([^)]*)' "$OUT/configure.log" | head -1)"
 else
@@ -51,7 +46,7 @@ if timeout 900 ninja -C "$BUILD" -j "${JOBS:-16}" moex_ep_check moex_ep_bench >"
 else
     record build FAIL "$(grep -m4 -E 'error|FAILED' "$OUT/build.log" | tr '\n' ' ' | cut -c1-400)"; exit 1
 fi
-prog() { [[ -x "$BUILD/ep/$1" ]] && echo "$BUILD/ep/$1" || echo "$BUILD/$1"; }
+prog() { echo "$BUILD/tools/ep/$1"; }
 timeout 300 bash scripts/ep_launch.sh "$N" "$(prog moex_ep_check)" >"$OUT/ep_check.log" 2>&1
 rc=$?
 record ep_check "$( ((rc == 0)) && echo PASS || echo FAIL)" "rc=$rc; $(grep -h 'failure(s)' "$OUT/ep_check.log" | head -1 | cut -c6-)"

@@ -126,7 +126,7 @@ def main():
         raise SystemExit("--layers must be >= 1")
     tok_path = os.path.join(args.tokenizer_dir, "tokenizer.json")
     if not os.path.isfile(tok_path):
-        raise SystemExit(f"{tok_path}: not found (run scripts/make_parity_fixtures.py, or pass --tokenizer-dir)")
+        raise SystemExit(f"{tok_path}: not found (run tests/data/make_parity_fixtures.py, or pass --tokenizer-dir)")
     eos_id = next(t["id"] for t in json.load(open(tok_path))["added_tokens"] if t["content"] == "<|endoftext|>")
     shapes = TINY if args.tiny else QWEN3_30B_A3B
 

@@ -12,7 +12,7 @@
 
 #include "moex/device.h"
 #include "moex/error.h"
-#include "src/model/ops.h"
+#include "src/model/ops/ops.h"
 #include "tests/test_support.h"
 
 namespace moex::test::model_ops {

@@ -1,4 +1,4 @@
-// The CPU Ops of the model runtime (src/model/ops_cpu*.cpp) and make_rope_table (src/model/rope.cpp): each op against
+// The CPU Ops of the model runtime (src/model/ops/cpu_*.cpp) and make_rope_table (src/model/ops/rope_table.cpp): each op against
 // a float64 reference written here, on fresh random data, outputs poisoned with NaN, f32 and bf16, row-strided views
 // (sub-blocks of wider rows, whose padding must stay untouched); rope tables against numbers from transformers.
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "moex/error.h"
-#include "src/model/ops.h"
+#include "src/model/ops/ops.h"
 
 namespace moex::model {
 namespace {

@@ -1,4 +1,4 @@
-// The CUDA model ops (src/model/ops_cuda.cpp) against float64 host references written here: embed, rms_norm, the
+// The CUDA model ops (src/model/ops/cuda_ops.cpp) against float64 host references written here: embed, rms_norm, the
 // fused q/k norm + rotary embedding, linear (GEMV and cuBLASLt), the elementwise ops, router top-k, argmax and the
 // logits copy, in f32 and bf16, on fresh random data with poisoned outputs. Attention: test_model_ops_cuda_attention.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// CUDA attention (src/model/ops_cuda.cpp -> cuda/model/attention*.cu) against a float64 reference: the split-K decode
+// CUDA attention (src/model/ops/cuda_ops.cpp -> cuda/model/attention*.cu) against a float64 reference: the split-K decode
 // kernel (one and many splits, several head sizes, sliding window), the bf16 flash kernel and the generic kernel
 // (fresh and chunked prefill), the qwen3-30b-a3b head layout; the cache rows written, and nothing past them read.
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // Parity with transformers: tests/data/models/<fixture>/ holds tiny random checkpoints saved as the hub saves them,
-// with the tokens transformers produced (scripts/make_parity_fixtures.py). Every backend must give the same prompt
+// with the tokens transformers produced (tests/data/make_parity_fixtures.py). Every backend must give the same prompt
 // ids and the same greedy tokens, on the CPU and, where there is a GPU, on CUDA.
 #include <gtest/gtest.h>
 

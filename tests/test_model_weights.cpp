@@ -10,8 +10,8 @@
 
 #include "moex/error.h"
 #include "moex/safetensors.h"
-#include "src/model/progress.h"
-#include "src/model/weights.h"
+#include "src/model/weights/progress.h"
+#include "src/model/weights/weights.h"
 #include "tests/test_support.h"
 #include "tests/tiny_checkpoint.h"
 

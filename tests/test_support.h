@@ -13,7 +13,7 @@
 #include "moex/device.h"
 #include "moex/error.h"
 #include "tests/reference.h"
-#include "tests/shapes.h"
+#include "common/shapes.h"
 
 namespace moex::test {
 

@@ -1,5 +1,5 @@
 // Tokenizer tests against Hugging Face `tokenizers`: exact ids and text on the fixtures that
-// scripts/make_tokenizer_fixtures.py trains (tests/data/tokenizer/), special tokens, the streamer, and speed.
+// tests/data/make_tokenizer_fixtures.py trains (tests/data/tokenizer/), special tokens, the streamer, and speed.
 #include <gtest/gtest.h>
 
 #include <chrono>

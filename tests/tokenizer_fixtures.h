@@ -1,4 +1,4 @@
-// Shared helpers of the tokenizer tests: the fixtures that scripts/make_tokenizer_fixtures.py writes to
+// Shared helpers of the tokenizer tests: the fixtures that tests/data/make_tokenizer_fixtures.py writes to
 // tests/data/tokenizer/ (tokenizer files and expected.json), and the code of the moex::Error a call raises.
 #pragma once
 

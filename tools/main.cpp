@@ -1,47 +1,17 @@
 // Entry point of the `moex` command-line program: builds the CLI11 tree and turns every failure into one line
 // "moex: error: ..." with a non-zero exit status (2 for command-line mistakes, 1 for everything else).
-#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <new>
-#include <string>
-#include <thread>
 
+#include "bench/bench_command.h"
+#include "common/cli_parse.h"
 #include "moex/error.h"
 #include "tools/cli.h"
 
-namespace moex::cli {
-namespace {
-
-std::string g_command_line;
-
-}  // namespace
-
-Device parse_device(const std::string& name) {
-    const auto d = device_from_name(name);
-    MOEX_REQUIRE(d.has_value(), ErrorCode::kInvalidArgument, "unknown device `" + name + "`; valid: cpu, cuda");
-    return *d;
-}
-
-DType parse_activation_dtype(const std::string& name) {
-    const auto d = dtype_from_name(name);
-    MOEX_REQUIRE(d.has_value() && is_float_activation(*d), ErrorCode::kInvalidArgument,
-                 "unknown activation dtype `" + name + "`; valid: bf16, f16, f32");
-    return *d;
-}
-
-int resolve_threads(int requested) {
-    MOEX_REQUIRE(requested >= 0, ErrorCode::kInvalidArgument,
-                 "--threads must be >= 0 (0 = all hardware threads), got " + std::to_string(requested));
-    return requested > 0 ? requested : int(std::max(1u, std::thread::hardware_concurrency()));
-}
-
-const std::string& command_line() { return g_command_line; }
-
-}  // namespace moex::cli
 
 int main(int argc, char** argv) {
-    for (int i = 0; i < argc; ++i) moex::cli::g_command_line += (i ? " " : "") + std::string(i ? argv[i] : "moex");
+    moex::common::set_command_line(argc, argv);
     CLI::App app{"moex: run the experts part of Mixture-of-Experts models through interchangeable backends"};
     app.name("moex");
     app.require_subcommand(1);
@@ -50,7 +20,7 @@ int main(int argc, char** argv) {
     experts->require_subcommand(1);
     moex::cli::add_experts_run_command(*experts);
     moex::cli::add_make_problem_command(*experts);
-    moex::cli::add_bench_command(app);
+    moex::bench::add_bench_command(app);
     moex::cli::add_generate_command(app);
     try {
         app.parse(argc, argv);

@@ -1,5 +1,5 @@
 // `moex experts make-problem --shape NAME --tokens T --out P.safetensors [...]`: writes an example problem file with
-// a model's expert sizes from tests/shapes.h, random data (weights N(0, 0.02), hidden states N(0, 1)), uniform
+// a model's expert sizes from common/shapes.h, random data (weights N(0, 0.02), hidden states N(0, 1)), uniform
 // top-k routing without duplicates and softmax-normalised weights, in any layout the contract allows.
 #include <fmt/format.h>
 
@@ -8,12 +8,17 @@
 
 #include "moex/error.h"
 #include "moex/problem_file.h"
-#include "tests/shapes.h"
+#include "common/shapes.h"
 #include "tools/cli.h"
-#include "tools/random_data.h"
+#include "common/random_data.h"
 
 namespace moex::cli {
 namespace {
+
+using common::Distribution;
+using common::fill_random;
+using common::mix_seed;
+using common::random_routing;
 
 struct MakeArgs {
     std::string shape, dtype = "bf16", out, activation = "silu", gate = "default", index_dtype = "i64",

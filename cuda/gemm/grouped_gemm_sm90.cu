@@ -11,7 +11,7 @@
 
 #include "cuda/gemm/grouped_gemm.h"
 #include "cuda/gemm/grouped_gemm_sm90.cuh"
-#include "cuda/gemm/sm90_config.cuh"
+#include "cuda/gemm/sm90_config.h"
 #include "moex/error.h"
 
 namespace moex::cuda {

@@ -1,7 +1,7 @@
 // launch_attention: picks the kernel (choose_attention_kernel) and, for the prefill kernels, writes the new K/V rows
 // into the cache first; the decode kernel writes them itself.
 #include "cuda/common/check.h"
-#include "cuda/model/context.cuh"
+#include "cuda/model/context.h"
 #include "cuda/model/internal.h"
 
 namespace moex::cuda::model {

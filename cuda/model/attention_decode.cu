@@ -5,7 +5,7 @@
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
 #include "cuda/model/attention_decode.cuh"
-#include "cuda/model/context.cuh"
+#include "cuda/model/context.h"
 #include "cuda/model/internal.h"
 
 namespace moex::cuda::model {

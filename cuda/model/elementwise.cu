@@ -4,7 +4,7 @@
 
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
-#include "cuda/model/context.cuh"
+#include "cuda/model/context.h"
 #include "cuda/model/elementwise.cuh"
 
 namespace moex::cuda::model {

@@ -10,7 +10,7 @@
 
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
-#include "cuda/model/context.cuh"
+#include "cuda/model/context.h"
 #include "cuda/model/gemv.cuh"
 #include "cuda/model/internal.h"
 

@@ -1,4 +1,4 @@
-// Launchers of the model runtime's dense ops on CUDA (src/model/ops_cuda.cpp is the caller): a Context that owns the
+// Launchers of the model runtime's dense ops on CUDA (src/model/ops/cuda_ops.cpp is the caller): a Context that owns the
 // per-Ops device state, one plain Args struct per launcher (no TensorView, no CUDA types), and the pure kernel-choice
 // functions (inline, so host tests use them without nvcc). Activations are bf16 or f32; every launcher throws
 // moex::Error(kCuda) when a CUDA call fails. Row strides (ld_*) are in elements; columns are always unit-stride.
@@ -26,7 +26,7 @@ class Context {
     void make_current() const;  // cudaSetDevice(device) when another device is current
     void synchronize() const;   // the stream
 
-    struct Impl;  // cuda/model/context.cuh
+    struct Impl;  // cuda/model/context.h
     Impl& impl() const { return *impl_; }
 
    private:

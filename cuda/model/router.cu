@@ -3,7 +3,7 @@
 
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
-#include "cuda/model/context.cuh"
+#include "cuda/model/context.h"
 #include "cuda/model/router.cuh"
 
 namespace moex::cuda::model {

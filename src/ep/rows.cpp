@@ -1,4 +1,4 @@
-// Host implementations of the EP row operations, and the dispatch to the CUDA ones (src/ep/device_rows.cu).
+// Host implementations of the EP row operations, and the dispatch to the CUDA ones (cuda/ep/rows.cu).
 #include "src/ep/rows.h"
 
 #include <cstdlib>
@@ -6,6 +6,9 @@
 #include <vector>
 
 #include "moex/error.h"
+#if MOEX_WITH_CUDA
+#include "cuda/ep/rows.h"
+#endif
 
 namespace moex::ep {
 namespace {
@@ -36,7 +39,7 @@ void gather_rows(Device device, void* dst, const void* src, const int64_t* idx, 
                  void* stream) {
     if (device == Device::kCUDA) {
 #if MOEX_WITH_CUDA
-        return cuda_impl::gather_rows(dst, src, idx, n, row_bytes, stream);
+        return cuda::ep::gather_rows(dst, src, idx, n, row_bytes, stream);
 #else
         no_cuda();
 #endif
@@ -52,7 +55,7 @@ void combine_rows(Device device, void* out, const void* y, const int64_t* rows, 
     const int dt_code = cuda_dtype(dtype);
     if (device == Device::kCUDA) {
 #if MOEX_WITH_CUDA
-        return cuda_impl::combine_rows(out, y, rows, w, T, M, H, dt_code, stream);
+        return cuda::ep::combine_rows(out, y, rows, w, T, M, H, dt_code, stream);
 #else
         (void)dt_code;
         no_cuda();
@@ -77,7 +80,7 @@ void copy_bytes(Device device, void* dst, const void* src, int64_t bytes, bool t
     if (bytes == 0) return;
     if (device == Device::kCUDA) {
 #if MOEX_WITH_CUDA
-        return cuda_impl::copy_async(dst, src, bytes, to_device, stream);
+        return cuda::ep::copy_async(dst, src, bytes, to_device, stream);
 #else
         (void)to_device, (void)stream;
         no_cuda();
@@ -88,7 +91,7 @@ void copy_bytes(Device device, void* dst, const void* src, int64_t bytes, bool t
 
 void sync_stream(Device device, void* stream) {
 #if MOEX_WITH_CUDA
-    if (device == Device::kCUDA) cuda_impl::sync(stream);
+    if (device == Device::kCUDA) cuda::ep::sync(stream);
 #else
     (void)device, (void)stream;
 #endif
@@ -97,7 +100,7 @@ void sync_stream(Device device, void* stream) {
 void* device_malloc(Device device, int64_t bytes) {
     if (device == Device::kCUDA) {
 #if MOEX_WITH_CUDA
-        return cuda_impl::alloc(bytes > 0 ? bytes : 1);
+        return cuda::ep::alloc(bytes > 0 ? bytes : 1);
 #else
         no_cuda();
 #endif
@@ -110,7 +113,7 @@ void* device_malloc(Device device, int64_t bytes) {
 void device_release(Device device, void* p) {
     if (p == nullptr) return;
 #if MOEX_WITH_CUDA
-    if (device == Device::kCUDA) return cuda_impl::release(p);
+    if (device == Device::kCUDA) return cuda::ep::release(p);
 #endif
     (void)device;
     std::free(p);

@@ -24,16 +24,4 @@ void sync_stream(Device device, void* stream);
 void* device_malloc(Device device, int64_t bytes);
 void device_release(Device device, void* p);
 
-#if MOEX_WITH_CUDA
-namespace cuda_impl {  // src/ep/device_rows.cu
-void gather_rows(void* dst, const void* src, const int64_t* idx, int64_t n, int64_t row_bytes, void* stream);
-void combine_rows(void* out, const void* y, const int64_t* rows, const float* w, int64_t T, int64_t M, int64_t H,
-                  int dtype /* 0 bf16, 1 f16, 2 f32 */, void* stream);
-void copy_async(void* dst, const void* src, int64_t bytes, bool to_device, void* stream);
-void sync(void* stream);
-void* alloc(int64_t bytes);
-void release(void* p);
-}  // namespace cuda_impl
-#endif
-
 }  // namespace moex::ep

@@ -10,8 +10,8 @@
 #include "moex/device.h"
 #include "moex/model.h"
 #include "src/model/experts_implementation.h"
-#include "src/model/ops.h"
-#include "src/model/weights.h"
+#include "src/model/ops/ops.h"
+#include "src/model/weights/weights.h"
 
 namespace moex {
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "cuda/gemm/grouped_gemm.h"
-#include "cuda/gemm/sm90_config.cuh"
+#include "cuda/gemm/sm90_config.h"
 
 using namespace moex::cuda;
 

@@ -1,0 +1,84 @@
+// Ops: the dense parts of a decoder layer on one device (CPU or CUDA), so that the forward pass in model.cpp is
+// written once. The experts call itself goes through ExpertsInterface with experts_options().
+//
+// Conventions: tensors are 2-D views on the ops' device with unit column stride; a row stride larger than the width
+// is allowed where a comment says "row-strided" (sub-blocks of the fused qkv rows). Activations are in the run dtype
+// (f32 | bf16) and every op rounds its result to that dtype once, as the PyTorch modules do; reductions
+// (norms, softmax, dot products) accumulate in f32. Ops run asynchronously on the device's stream; only the
+// host-returning ops synchronise.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "moex/backend.h"
+#include "moex/model_config.h"
+#include "moex/tensor.h"
+
+namespace moex::model {
+
+// Rotary embedding: angle(pos, i) = pos * inv_freq[i] (f32), cos/sin scaled by attention_scaling, rotate-half
+// convention over the first rotary_dim elements of each head (the rest pass through).
+struct RopeTable {
+    std::vector<float> inv_freq;  // rotary_dim / 2
+    float attention_scaling = 1.0f;
+    int64_t rotary_dim = 0;
+};
+
+struct AttentionShape {
+    int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
+    int64_t sliding_window = 0;  // 0 = full causal attention; else keys with pos > query_pos - window
+    float scale = 0.0f;          // softmax scale, head_dim^-0.5
+};
+
+class Ops {
+   public:
+    virtual ~Ops() = default;
+    virtual Device device() const = 0;
+    virtual RunOptions experts_options() const = 0;  // threads (CPU) or stream (CUDA) for the experts backends
+
+    // out (T, H) = table[ids[t]]; ids are host int32, already checked to be < table rows.
+    virtual void embed(const int32_t* ids, int64_t T, const TensorView& table, const TensorView& out) = 0;
+    // out = x * rsqrt(mean(x^2) + eps) * w over each group of w.numel() consecutive elements of a row (w (D) on
+    // x (T, n*D) is a per-head norm). x and out row-strided; in place allowed.
+    virtual void rms_norm(const TensorView& x, const TensorView& w, double eps, const TensorView& out) = 0;
+    // out (T, N) = x (T, K) · wᵀ + bias; w (N, K) in the run dtype; bias (N) or undefined; out in the run dtype or f32.
+    virtual void linear(const TensorView& x, const TensorView& w, const TensorView& bias, const TensorView& out) = 0;
+    // x = clamp(x, -limit, limit) in place; row-strided.
+    virtual void clamp(const TensorView& x, float limit) = 0;
+    // In place on x (T, n_heads * head_dim), row-strided: rotary embedding of row t at position pos0 + t.
+    virtual void rope(const TensorView& x, int64_t head_dim, int64_t pos0, const RopeTable& rope) = 0;
+    // Writes k and v (T, nkv*D each, row-strided views into qkv) into the layer's caches (max_len, nkv*D) at rows
+    // [pos0, pos0 + T), then causal grouped-query attention of q (T, nq*D, row-strided) at positions pos0 + t over
+    // cache rows [0, pos0 + t]; out (T, nq*D) contiguous. Scores and softmax in f32.
+    virtual void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& k_cache,
+                           const TensorView& v_cache, int64_t pos0, const AttentionShape& shape,
+                           const TensorView& out) = 0;
+    // out = a + b (elementwise, same shapes); out may alias a.
+    virtual void add(const TensorView& a, const TensorView& b, const TensorView& out) = 0;
+    // out (T, I) = act(gate_up[:, :I]) * gate_up[:, I:] for gate_up (T, 2I).
+    virtual void gated_act(const TensorView& gate_up, Activation act, const TensorView& out) = 0;
+    // Softmax router: p = softmax(logits (T, E), f32); top-k largest first, ties ordered as torch.topk orders them on
+    // that device (CPU: torch's partial-sort order; CUDA: lower index first); divided by their sum when normalize;
+    // ids (T, k) int32; weights (T, k) in the dtype of `weights` (the run dtype, or f32 for Mixtral).
+    virtual void router_topk(const TensorView& logits, int64_t k, bool normalize, const TensorView& ids,
+                             const TensorView& weights) = 0;
+    // out += sigmoid(gate (T, 1)) * x (T, H) (Qwen2-MoE's shared expert).
+    virtual void sigmoid_gate_add(const TensorView& gate, const TensorView& x, const TensorView& out) = 0;
+    // Host copies (synchronise): a row of f32 logits, or its argmax (lowest index on ties, NaN never wins).
+    virtual void logits_to_host(const TensorView& logits_row, float* host) = 0;
+    virtual int64_t argmax(const TensorView& logits_row) = 0;
+    virtual void synchronize() = 0;
+};
+
+std::unique_ptr<Ops> make_cpu_ops(int num_threads);                  // src/model/ops/cpu_ops.cpp
+std::unique_ptr<Ops> make_cuda_ops(int device_index, void* stream);  // src/model/ops/cuda_ops.cpp (kUnsupported w/o CUDA)
+
+}  // namespace moex::model
+
+namespace moex::model {
+// inv_freq and attention_scaling for a config's rope settings (default, linear, dynamic at its base length, yarn,
+// llama3), computed as transformers' rope init functions do, in f32. src/model/ops/rope_table.cpp
+RopeTable make_rope_table(const RopeConfig& rope, int64_t head_dim);
+}  // namespace moex::model

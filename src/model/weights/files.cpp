@@ -1,0 +1,107 @@
+// Finds a checkpoint's tensors: one model.safetensors, or the shards listed by model.safetensors.index.json.
+#include "src/model/weights/files.h"
+
+#include <filesystem>
+#include <set>
+
+#include "moex/error.h"
+#include "src/io/safetensors_header.h"
+#include "src/io/json_fields.h"
+
+namespace moex::model {
+
+using io::JsonFields;
+using io::OrderedJson;
+using io::json_excerpt;
+using io::parse_json_object;
+using io::read_text_file;
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kSingleName = "model.safetensors";
+constexpr const char* kIndexName = "model.safetensors.index.json";
+
+}  // namespace
+
+// The check is lexical on purpose: a Hugging Face cache snapshot holds its shards as symlinks into ../../blobs, so
+// following links would refuse every cached checkpoint. With absolute paths and ".." refused, a relative name can only
+// name something below the directory (or a link the directory's owner placed there).
+void check_shard_path(const std::string& index_path, const std::string& relative) {
+    const std::string what = index_path + ": shard path " + io::backticked(relative);
+    MOEX_REQUIRE(!relative.empty(), ErrorCode::kFormat, index_path + ": weight_map names an empty shard path");
+    for (unsigned char ch : relative)
+        MOEX_REQUIRE(ch >= 0x20 && ch != 0x7f && ch != '\\', ErrorCode::kInvalidArgument,
+                     what + " contains a control character or a backslash");
+    const fs::path p(relative);
+    MOEX_REQUIRE(!p.is_absolute() && !p.has_root_path(), ErrorCode::kInvalidArgument,
+                 what + " is absolute; shards must lie inside the checkpoint directory");
+    for (const fs::path& part : p)
+        MOEX_REQUIRE(part != "..", ErrorCode::kInvalidArgument,
+                     what + " contains \"..\"; shards must lie inside the checkpoint directory");
+    const fs::path normal = p.lexically_normal();
+    MOEX_REQUIRE(!normal.empty() && normal != "." && *normal.begin() != "..", ErrorCode::kInvalidArgument,
+                 what + " resolves outside the checkpoint directory");
+}
+
+CheckpointFiles::CheckpointFiles(std::string dir) : dir_(std::move(dir)) {
+    std::error_code ec;
+    const fs::path single = fs::path(dir_) / kSingleName;
+    const fs::path index = fs::path(dir_) / kIndexName;
+    if (fs::exists(single, ec)) {
+        open_.emplace(kSingleName, std::make_unique<SafetensorsFile>(SafetensorsFile::open(single.string())));
+        shard_count_ = 1;
+        return;
+    }
+    if (!fs::exists(index, ec))
+        fail(ErrorCode::kNotFound, dir_ + ": no " + kSingleName + " or " + kIndexName + " in the checkpoint directory");
+    index_path_ = index.string();
+    const OrderedJson j = parse_json_object(read_text_file(index_path_), index_path_);
+    const JsonFields fields(j, index_path_);
+    const OrderedJson* map = fields.get("weight_map");
+    if (map == nullptr || !map->is_object()) fields.fail_type("weight_map", "an object {tensor name: shard file}");
+    std::set<std::string> shards;
+    for (auto it = map->begin(); it != map->end(); ++it) {
+        if (!it->is_string())
+            fail(ErrorCode::kFormat, index_path_ + ": weight_map entry " + io::backticked(it.key()) +
+                                         " must be a file name, got " + json_excerpt(*it));
+        const std::string relative = it->get<std::string>();
+        if (shards.insert(relative).second) check_shard_path(index_path_, relative);
+        weight_map_.emplace(it.key(), relative);
+    }
+    shard_count_ = shards.size();
+}
+
+const SafetensorsFile& CheckpointFiles::shard(const std::string& relative) {
+    auto it = open_.find(relative);
+    if (it != open_.end()) return *it->second;
+    const std::string path = (fs::path(dir_) / relative).string();
+    std::error_code ec;
+    if (!fs::exists(path, ec))
+        fail(ErrorCode::kNotFound, path + ": shard file not found (listed in " + index_path_ + ")");
+    auto file = std::make_unique<SafetensorsFile>(SafetensorsFile::open(path));
+    return *open_.emplace(relative, std::move(file)).first->second;
+}
+
+std::optional<CheckpointFiles::Found> CheckpointFiles::find(const std::string& name) {
+    if (index_path_.empty()) {
+        const SafetensorsFile& file = *open_.begin()->second;
+        if (!file.contains(name)) return std::nullopt;
+        return Found{&file, &file.info(name)};
+    }
+    auto it = weight_map_.find(name);
+    if (it == weight_map_.end()) return std::nullopt;
+    const SafetensorsFile& file = shard(it->second);
+    if (!file.contains(name))
+        fail(ErrorCode::kFormat, file.path() + ": has no tensor " + io::backticked(name) + ", which " + index_path_ +
+                                     " maps to this shard");
+    return Found{&file, &file.info(name)};
+}
+
+std::string CheckpointFiles::searched() const {
+    if (index_path_.empty()) return (fs::path(dir_) / kSingleName).string();
+    return index_path_ + " and its " + std::to_string(shard_count_) + (shard_count_ == 1 ? " shard" : " shards");
+}
+
+}  // namespace moex::model
