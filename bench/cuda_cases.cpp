@@ -7,11 +7,12 @@
 #include <algorithm>
 
 #include "bench/output_check.h"
+#include "common/random_data.h"
 #include "moex/device.h"
 #include "moex/error.h"
-#include "common/random_data.h"
 #if MOEX_WITH_CUDA
-#include "cuda/launch.h"
+#include "cuda/common/memory.h"
+#include "cuda/common/timing.h"
 #endif
 
 namespace moex::bench {
@@ -28,7 +29,8 @@ DeviceTensor device_weights(DType dtype, std::initializer_list<int64_t> shape, u
     for (int64_t off = 0, chunk = 0; off < n; off += kStagingElements, ++chunk) {
         const int64_t len = std::min(kStagingElements, n - off);
         const TensorView part = TensorView::contiguous(host.data(), dtype, {len});
-        common::fill_random(part, kWeightStd, common::mix_seed(seed, uint64_t(chunk)), common::Distribution::kUniform, threads);
+        common::fill_random(part, kWeightStd, common::mix_seed(seed, uint64_t(chunk)), common::Distribution::kUniform,
+                            threads);
         cuda::copy_to_device(static_cast<char*>(t.view().data) + off * esize, host.data(), size_t(len * esize));
     }
     return t;

@@ -1,22 +1,32 @@
-// Internal device helpers shared by the launchers: cached device properties, the stream cast, and the
-// stream-ordered Workspace that every launcher takes its scratch buffers from (no cudaMalloc on the hot path).
+// Internal device helpers shared by the launchers: the per-device state (facts, readiness, the workspace pool),
+// the stream cast, and the stream-ordered Workspace that every launcher takes its scratch buffers from (no
+// cudaMalloc on the hot path).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace moex::cuda {
 
-struct DeviceInfo {
+inline constexpr int kMaxDevices = 64;
+
+// What moex keeps per CUDA device, filled once on first use (cheap afterwards) and never destroyed.
+struct DeviceState {
     int id = 0;
     int sm_count = 0;
     int cc_major = 0, cc_minor = 0;
-    size_t smem_optin = 0;  // max dynamic shared memory per block after opt-in
+    size_t smem_optin = 0;         // max dynamic shared memory per block after opt-in
+    bool sm90 = false;             // compute capability 9.0 exactly: the sm_90a code runs nowhere else
+    bool ready = false;            // moex's kernels load and run here
+    std::string why_not_ready;     // when !ready
+    cudaMemPool_t pool = nullptr;  // moex's own stream-ordered pool (release threshold: never)
 };
 
-const DeviceInfo& current_device_info();  // cached per device; cheap after the first call
+const DeviceState& device_state();  // of the current device; throws Error(kCuda) when there is none
+int current_device();               // cudaGetDevice, checked against kMaxDevices
 
 inline cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 
@@ -44,7 +54,7 @@ inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 //    captured call stays valid for every replay, independent of what eager calls do in between.
 // Our own pool (not the device default) so that raising the release threshold does not change anyone else's pool.
 class Workspace {
- public:
+   public:
     explicit Workspace(cudaStream_t stream) : stream_(stream) {}
     ~Workspace();
     Workspace(const Workspace&) = delete;
@@ -62,7 +72,7 @@ class Workspace {
         return reinterpret_cast<T*>(base_ + offset);
     }
 
- private:
+   private:
     cudaStream_t stream_;
     size_t size_ = 0;
     char* base_ = nullptr;

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "cuda/common/params.h"
+
 namespace moex::cuda {
 
 template <class T>
@@ -45,11 +47,10 @@ __device__ __forceinline__ float load_f32(const void* p, int64_t i) {
     return to_f32(static_cast<const T*>(p)[i]);
 }
 
-__device__ __forceinline__ float load_weight(const void* w, bool weights_f32, int dtype, int64_t i) {
-    if (weights_f32) return static_cast<const float*>(w)[i];
-    if (dtype == 0) return load_f32<__nv_bfloat16>(w, i);
-    if (dtype == 1) return load_f32<__half>(w, i);
-    return static_cast<const float*>(w)[i];
+__device__ __forceinline__ float load_weight(const void* w, bool weights_f32, DType dtype, int64_t i) {
+    if (weights_f32 || dtype == DType::kF32) return static_cast<const float*>(w)[i];
+    if (dtype == DType::kBF16) return load_f32<__nv_bfloat16>(w, i);
+    return load_f32<__half>(w, i);
 }
 
 // An expert id read from (T, k) ids; -1 when outside [0, E) (a sentinel: contributes zero, never an index).
@@ -58,30 +59,24 @@ __device__ __forceinline__ int load_expert(const void* ids, bool ids_i64, int64_
     return (e >= 0 && e < E) ? int(e) : -1;
 }
 
-struct GateParams {
-    int32_t activation;  // moex::Activation: 0 silu, 1 gelu (erf), 2 gelu tanh, 3 relu
-    int32_t gate_kind;   // moex::GateKind: 0 act(gate)*up, 1 gpt-oss clamped SwiGLU
-    float alpha, limit;
-};
-
-__device__ __forceinline__ float apply_act(int32_t act, float x) {
+// libm expf / erff / tanhf: these row-wise kernels are not arithmetic-bound. The sm_90a GEMM epilogue evaluates the
+// same functions with MUFU approximations (gate_value in cuda/gemm/sm90_epilogue.cuh), a few ulp apart in f32.
+__device__ __forceinline__ float apply_act(Activation act, float x) {
     switch (act) {
-        case 0:
-            return x / (1.0f + expf(-x));
-        case 1:
-            return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-        case 2: {
+        case Activation::kSilu: return x / (1.0f + expf(-x));
+        case Activation::kGelu: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+        case Activation::kGeluTanh: {
             const float c = 0.79788456080286536f;  // sqrt(2/pi)
             return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
         }
-        default:
-            return x > 0.0f ? x : 0.0f;
+        case Activation::kRelu: break;
     }
+    return x > 0.0f ? x : 0.0f;
 }
 
 // gate(g, u): the default is act(g) * u; gpt-oss: g = min(g, l), u = clamp(u, -l, l), (u + 1) * g * sigmoid(a g).
 __device__ __forceinline__ float apply_gate(const GateParams& p, float g, float u) {
-    if (p.gate_kind == 1) {
+    if (p.kind == GateKind::kGptOss) {
         g = fminf(g, p.limit);
         u = fminf(fmaxf(u, -p.limit), p.limit);
         const float glu = g / (1.0f + expf(-p.alpha * g));

@@ -1,21 +1,16 @@
-// CUDA side of the EP row operations (cuda/ep/rows.h): a row gather by index and the fixed-order combine, plus
-// stream-ordered copies. One CTA per output row; 16-byte vector moves where the row size allows.
+// CUDA side of the EP row operations (cuda/ep/rows.h): a row gather by index and the fixed-order combine.
+// One CTA per output row; 16-byte vector moves where the row size allows.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <string>
 
-#include "moex/error.h"
+#include "cuda/common/check.h"
 #include "cuda/ep/rows.h"
 
 namespace moex::cuda::ep {
 namespace {
-
-void check(cudaError_t e, const char* what) {
-    if (e != cudaSuccess)
-        fail(ErrorCode::kCuda, std::string("ep: ") + what + " failed: " + cudaGetErrorString(e));
-}
 
 // dst row i = src row idx[i]; V bytes per move (16 when the row size and pointers allow, else 1).
 template <class V>
@@ -26,21 +21,24 @@ __global__ void gather_kernel(V* dst, const V* src, const int64_t* idx, int64_t 
     for (int64_t c = threadIdx.x; c < words; c += blockDim.x) d[c] = s[c];
 }
 
-__device__ float load(const void* y, int64_t i, int dt) {
-    if (dt == 2) return static_cast<const float*>(y)[i];
-    if (dt == 0) return __bfloat162float(static_cast<const __nv_bfloat16*>(y)[i]);
+__device__ float load(const void* y, int64_t i, DType dt) {
+    if (dt == DType::kF32) return static_cast<const float*>(y)[i];
+    if (dt == DType::kBF16) return __bfloat162float(static_cast<const __nv_bfloat16*>(y)[i]);
     return __half2float(static_cast<const __half*>(y)[i]);
 }
 
-__device__ void store(void* out, int64_t i, float v, int dt) {
-    if (dt == 2) static_cast<float*>(out)[i] = v;
-    else if (dt == 0) static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v);
-    else static_cast<__half*>(out)[i] = __float2half_rn(v);
+__device__ void store(void* out, int64_t i, float v, DType dt) {
+    if (dt == DType::kF32)
+        static_cast<float*>(out)[i] = v;
+    else if (dt == DType::kBF16)
+        static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v);
+    else
+        static_cast<__half*>(out)[i] = __float2half_rn(v);
 }
 
 // grid (T, column blocks): out[t] = sum_m w[t,m] * y[rows[t,m]] in m order, fma as cuda/experts' combine does.
 __global__ void combine_kernel(void* out, const void* y, const int64_t* rows, const float* w, int64_t M, int64_t H,
-                               int dt) {
+                               DType dt) {
     const int64_t t = blockIdx.x;
     const int64_t h = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
     if (h >= H) return;
@@ -58,8 +56,8 @@ __global__ void combine_kernel(void* out, const void* y, const int64_t* rows, co
 void gather_rows(void* dst, const void* src, const int64_t* idx, int64_t n, int64_t row_bytes, void* stream) {
     if (n == 0 || row_bytes == 0) return;
     auto s = static_cast<cudaStream_t>(stream);
-    const bool wide = row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(dst) % 16 == 0 &&
-                      reinterpret_cast<uintptr_t>(src) % 16 == 0;
+    const bool wide =
+        row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(dst) % 16 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0;
     // Grid x is limited to 2^31 - 1 rows; EP calls move at most a few million rows.
     if (wide)
         gather_kernel<<<unsigned(n), 256, 0, s>>>(static_cast<uint4*>(dst), static_cast<const uint4*>(src), idx,
@@ -67,31 +65,15 @@ void gather_rows(void* dst, const void* src, const int64_t* idx, int64_t n, int6
     else
         gather_kernel<<<unsigned(n), 256, 0, s>>>(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), idx,
                                                   row_bytes);
-    check(cudaGetLastError(), "gather_rows launch");
+    MOEX_LAUNCH_CHECK();
 }
 
 void combine_rows(void* out, const void* y, const int64_t* rows, const float* w, int64_t T, int64_t M, int64_t H,
-                  int dtype, void* stream) {
+                  DType dtype, void* stream) {
     if (T == 0 || H == 0) return;
     const dim3 grid(unsigned(T), unsigned((H + 255) / 256));
     combine_kernel<<<grid, 256, 0, static_cast<cudaStream_t>(stream)>>>(out, y, rows, w, M, H, dtype);
-    check(cudaGetLastError(), "combine_rows launch");
+    MOEX_LAUNCH_CHECK();
 }
-
-void copy_async(void* dst, const void* src, int64_t bytes, bool to_device, void* stream) {
-    check(cudaMemcpyAsync(dst, src, size_t(bytes), to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
-                          static_cast<cudaStream_t>(stream)),
-          "cudaMemcpyAsync");
-}
-
-void sync(void* stream) { check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize"); }
-
-void* alloc(int64_t bytes) {
-    void* p = nullptr;
-    check(cudaMalloc(&p, size_t(bytes)), ("cudaMalloc of " + std::to_string(bytes) + " bytes").c_str());
-    return p;
-}
-
-void release(void* p) { check(cudaFree(p), "cudaFree"); }
 
 }  // namespace moex::cuda::ep

@@ -5,10 +5,11 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cuda/common/align.h"
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
 #include "cuda/experts/batched.cuh"
-#include "cuda/experts/elementwise.h"
+#include "cuda/experts/combine.h"
 #include "cuda/experts/pipelines.h"
 #include "cuda/routing/routing.h"
 
@@ -110,113 +111,124 @@ void launch_proj_typed(const ProjArgs& a, const ProjConfig& c, dim3 grid, cudaSt
     if (c.loop == Loop::kGeneric) return launch_kernel<T, Loop::kGeneric, 1, 1, 1>(a, c, grid, s);
     if constexpr (sizeof(T) == 2) {
         switch (c.nt) {
-            case 1:
-                return launch_kernel<T, Loop::kMma, 2, 1, 1>(a, c, grid, s);
-            case 2:
-                return launch_kernel<T, Loop::kMma, 2, 2, 1>(a, c, grid, s);
-            case 4:
-                return launch_kernel<T, Loop::kMma, 2, 4, 1>(a, c, grid, s);
-            default:
-                return launch_kernel<T, Loop::kMma, 1, 8, 1>(a, c, grid, s);
+            case 1: return launch_kernel<T, Loop::kMma, 2, 1, 1>(a, c, grid, s);
+            case 2: return launch_kernel<T, Loop::kMma, 2, 2, 1>(a, c, grid, s);
+            case 4: return launch_kernel<T, Loop::kMma, 2, 4, 1>(a, c, grid, s);
+            default: return launch_kernel<T, Loop::kMma, 1, 8, 1>(a, c, grid, s);
         }
     }
     fail(ErrorCode::kInvalidArgument, "batched_mm: the mma loop needs bf16 or f16");
 }
 
 // Grid: x = tiles (bounded on the host), y = column blocks of the projection's output.
-void launch_proj(const ProjArgs& a, const ProjConfig& c, int64_t tiles_bound, ActDType dt, cudaStream_t s) {
+void launch_proj(const ProjArgs& a, const ProjConfig& c, int64_t tiles_bound, DType dt, cudaStream_t s) {
     const bool gate = a.proj == Proj::kUpGate;
     const int64_t cols = gate ? ceil_div(a.out_cols, c.bw / 2) : ceil_div(a.R, c.bw);
     MOEX_REQUIRE(cols <= 65535 && tiles_bound < (int64_t(1) << 31), ErrorCode::kUnsupported,
                  "batched_mm: projection too large for one grid");
     const dim3 grid{unsigned(tiles_bound), unsigned(cols), 1};
     switch (dt) {
-        case ActDType::kBF16:
-            return launch_proj_typed<__nv_bfloat16>(a, c, grid, s);
-        case ActDType::kF16:
-            return launch_proj_typed<__half>(a, c, grid, s);
-        case ActDType::kF32:
-            return launch_proj_typed<float>(a, c, grid, s);
+        case DType::kBF16: return launch_proj_typed<__nv_bfloat16>(a, c, grid, s);
+        case DType::kF16: return launch_proj_typed<__half>(a, c, grid, s);
+        case DType::kF32: return launch_proj_typed<float>(a, c, grid, s);
+        default: fail(ErrorCode::kInvalidArgument, "batched_mm: activations must be bf16, f16 or f32");
     }
 }
 
 // Which main loop a projection can use: W (E, R, K) K-major or (E, K, R) n-major, X rows of K elements.
-Loop pick_loop(ActDType dt, bool n_major, int64_t R, int64_t K, bool gate_concat, const void* W, const void* X) {
-    const int esize = act_size(dt), V = 16 / esize;
-    if (!n_major && dt != ActDType::kF32 && K % 8 == 0 && is_aligned16(W) && is_aligned16(X)) return Loop::kMma;
+Loop pick_loop(DType dt, bool n_major, int64_t R, int64_t K, bool gate_concat, const void* W, const void* X) {
+    const int64_t V = 16 / dtype_size(dt);
+    if (!n_major && dt != DType::kF32 && K % 8 == 0 && is_aligned16(W) && is_aligned16(X)) return Loop::kMma;
     if (n_major && R % V == 0 && (!gate_concat || (R / 2) % V == 0) && is_aligned16(W)) return Loop::kVecN;
     return Loop::kGeneric;
 }
 
 }  // namespace
 
-void run_batched(const ExpertsArgs& x, cudaStream_t stream) {
-    const int64_t S = x.T * x.k, N = up_width(x), E = x.E;
-    const int esize = act_size(x.dtype);
-    const bool gate_concat = x.has_gate && x.is_concatenated;
-    const Loop up_loop = pick_loop(x.dtype, x.is_transposed, N, x.H, gate_concat, x.w_up, x.x);
-    const Loop down_loop = pick_loop(x.dtype, x.is_transposed, x.H, x.I, false, x.w_down, x.w_down /*h: aligned*/);
+void run_batched(const ExpertsArgs& a, cudaStream_t stream) {
+    const int64_t S = a.T * a.k, N = up_width(a), E = a.E, esize = dtype_size(a.dtype);
+    const bool gate_concat = a.has_gate && a.gate.concatenated;
+    const Loop up_loop = pick_loop(a.dtype, a.is_transposed, N, a.H, gate_concat, a.gate_up_proj, a.hidden_states);
+    const Loop down_loop =
+        pick_loop(a.dtype, a.is_transposed, a.H, a.I, false, a.down_proj, a.down_proj /*h: aligned*/);
     // Both projections walk the same tiles, so they share the chunk size (8 * nt rows).
-    const int nt = up_loop == Loop::kMma && down_loop == Loop::kMma ? batched::choose_nt(x.T) : 1;
+    const int nt = up_loop == Loop::kMma && down_loop == Loop::kMma ? batched::choose_nt(a.T) : 1;
     const int mc = 8 * nt;
-    const int slots = 2 * current_device_info().sm_count;              // 2 CTAs of 256 threads per SM
-    const double miss = std::max(0.0, 1.0 - double(x.k) / double(E));  // P(an expert misses one token)
-    const double touched = std::min(double(std::min(E, S)), double(E) * (1.0 - std::pow(miss, double(x.T))));
+    const int slots = 2 * device_state().sm_count;                     // 2 CTAs of 256 threads per SM
+    const double miss = std::max(0.0, 1.0 - double(a.k) / double(E));  // P(an expert misses one token)
+    const double touched = std::min(double(std::min(E, S)), double(E) * (1.0 - std::pow(miss, double(a.T))));
     const double tiles_est = std::max(touched, double(S) / mc);
     const int rt = nt <= 4 ? 2 : 1;
-    const int ks_up = up_loop == Loop::kMma ? batched::choose_ks(N, x.H, tiles_est, rt, slots) : 1;
-    const int ks_down = down_loop == Loop::kMma ? batched::choose_ks(x.H, x.I, tiles_est, rt, slots) : 1;
-    const ProjConfig cu = batched::make_config(up_loop, nt, ks_up, esize);
-    const ProjConfig cd = batched::make_config(down_loop, nt, ks_down, esize);
-    const int64_t tiles_bound = routing_tiles_bound(S, E, 1, mc);
-    const int64_t down_cols = ceil_div(x.H, cd.bw);
+    const int ks_up = up_loop == Loop::kMma ? batched::choose_ks(N, a.H, tiles_est, rt, slots) : 1;
+    const int ks_down = down_loop == Loop::kMma ? batched::choose_ks(a.H, a.I, tiles_est, rt, slots) : 1;
+    const ProjConfig cu = batched::make_config(up_loop, nt, ks_up, int(esize));
+    const ProjConfig cd = batched::make_config(down_loop, nt, ks_down, int(esize));
+    const int64_t down_cols = ceil_div(a.H, cd.bw);
     const bool fused_combine = S <= 4096;
 
     Workspace ws(stream);
-    const size_t o_count = ws.reserve_n<int32_t>(E), o_start = ws.reserve_n<int32_t>(E + 1);
-    const size_t o_te = ws.reserve_n<int32_t>(tiles_bound), o_t0 = ws.reserve_n<int32_t>(tiles_bound);
-    const size_t o_tn = ws.reserve_n<int32_t>(tiles_bound), o_nt = ws.reserve_n<int32_t>(1);
-    const size_t o_sr = ws.reserve_n<int32_t>(S), o_rs = ws.reserve_n<int32_t>(S);
-    const size_t o_scr = ws.reserve_n<int32_t>(routing_scratch_ints(S, E));
-    const size_t o_arr = ws.reserve_n<int32_t>(down_cols);
-    const size_t o_h = ws.reserve(size_t(S) * size_t(x.I) * esize);
-    const size_t o_y = ws.reserve_n<float>(S * x.H);
+    // The routing kernel zeroes the down projection's per-column-block arrival counters (fused combine).
+    const RoutingBuffers rb =
+        reserve_routing(ws, S, E, 1, mc, /*tile_ranges=*/true, fused_combine ? int32_t(down_cols) : 0);
+    const size_t h_rows = ws.reserve(size_t(S) * size_t(a.I) * esize);  // (S, I) hidden activation
+    const size_t y_rows = ws.reserve_n<float>(S * a.H);                 // (S, H) f32 weighted down projection
     ws.allocate();
 
-    RoutingArgs r{};
-    r.ids = x.ids, r.ids_i64 = x.ids_i64, r.S = S, r.E = E, r.align = 1, r.tile_rows = mc;
-    r.expert_count = ws.at<int32_t>(o_count), r.expert_row_start = ws.at<int32_t>(o_start);
-    r.tile_expert = ws.at<int32_t>(o_te), r.tile_row0 = ws.at<int32_t>(o_t0), r.tile_nrows = ws.at<int32_t>(o_tn);
-    r.num_tiles = ws.at<int32_t>(o_nt), r.slot_row = ws.at<int32_t>(o_sr), r.row_slot = ws.at<int32_t>(o_rs);
-    r.zero = fused_combine ? ws.at<int32_t>(o_arr) : nullptr, r.n_zero = fused_combine ? int32_t(down_cols) : 0;
-    r.scratch = ws.at<int32_t>(o_scr);
+    const RoutingArgs r = rb.args(ws, a.top_k_index, a.ids_i64);
     launch_routing(r, stream);
 
-    ProjArgs up{};
-    up.W = x.w_up, up.bias = x.b_up, up.X = x.x, up.out = ws.at<void>(o_h);
-    up.row_slot = r.row_slot, up.tile_expert = r.tile_expert, up.tile_row0 = r.tile_row0;
-    up.tile_nrows = r.tile_nrows, up.num_tiles = r.num_tiles;
-    up.R = N, up.K = x.H, up.E = E, up.out_cols = x.I, up.x_div = x.k;
-    up.proj = x.has_gate ? Proj::kUpGate : Proj::kUpAct;
-    up.n_major = x.is_transposed, up.concatenated = x.is_concatenated;
-    up.gp = GateParams{x.activation, x.gate_kind, x.swiglu_alpha, x.swiglu_limit};
-    up.dtype = int32_t(x.dtype), up.ks = cu.ks;
-    launch_proj(up, cu, tiles_bound, x.dtype, stream);
+    const ProjArgs up{.W = a.gate_up_proj,
+                      .bias = a.gate_up_bias,
+                      .X = a.hidden_states,
+                      .out = ws.at<void>(h_rows),
+                      .row_slot = r.row_slot,
+                      .tile_expert = r.tile_expert,
+                      .tile_row0 = r.tile_row0,
+                      .tile_nrows = r.tile_nrows,
+                      .num_tiles = r.num_tiles,
+                      .R = N,
+                      .K = a.H,
+                      .E = E,
+                      .out_cols = a.I,
+                      .x_div = a.k,
+                      .proj = a.has_gate ? Proj::kUpGate : Proj::kUpAct,
+                      .n_major = a.is_transposed,
+                      .gate = a.gate,
+                      .weights = nullptr,
+                      .weights_f32 = false,
+                      .dtype = a.dtype,
+                      .arrive = nullptr,
+                      .final_out = nullptr,
+                      .ids = nullptr,
+                      .ids_i64 = false,
+                      .T = 0,
+                      .k = 0,
+                      .ks = cu.ks};
+    launch_proj(up, cu, rb.tiles_bound, a.dtype, stream);
 
     ProjArgs down = up;
-    down.W = x.w_down, down.bias = x.b_down, down.X = ws.at<void>(o_h), down.out = ws.at<void>(o_y);
-    down.R = x.H, down.K = x.I, down.out_cols = x.H, down.x_div = 1;
-    down.proj = Proj::kDown, down.concatenated = true;
-    down.weights = x.topk_weights, down.weights_f32 = x.weights_f32, down.ks = cd.ks;
-    down.arrive = fused_combine ? ws.at<int32_t>(o_arr) : nullptr;
-    down.final_out = x.out, down.ids = x.ids, down.ids_i64 = x.ids_i64, down.T = x.T, down.k = x.k;
-    launch_proj(down, cd, tiles_bound, x.dtype, stream);
+    down.W = a.down_proj, down.bias = a.down_bias, down.X = ws.at<void>(h_rows), down.out = ws.at<void>(y_rows);
+    down.R = a.H, down.K = a.I, down.out_cols = a.H, down.x_div = 1, down.proj = Proj::kDown;
+    down.weights = a.top_k_weights, down.weights_f32 = a.weights_f32, down.ks = cd.ks;
+    down.arrive = r.zero;  // nullptr without the fused combine
+    down.final_out = a.out, down.ids = a.top_k_index, down.ids_i64 = a.ids_i64, down.T = a.T, down.k = a.k;
+    launch_proj(down, cd, rb.tiles_bound, a.dtype, stream);
 
     if (!fused_combine) {
-        CombineArgs c{};
-        c.Y = ws.at<float>(o_y), c.slot_row = nullptr, c.ids = x.ids, c.bias = nullptr, c.weights = nullptr;
-        c.out = x.out, c.T = x.T, c.H = x.H, c.k = x.k, c.E = E, c.dtype = x.dtype, c.ids_i64 = x.ids_i64;
-        launch_combine(c, stream);
+        launch_combine(CombineArgs{.Y = ws.at<float>(y_rows),
+                                   .slot_row = nullptr,
+                                   .ids = a.top_k_index,
+                                   .bias = nullptr,
+                                   .weights = nullptr,
+                                   .out = a.out,
+                                   .T = a.T,
+                                   .H = a.H,
+                                   .k = a.k,
+                                   .E = E,
+                                   .dtype = a.dtype,
+                                   .ids_i64 = a.ids_i64,
+                                   .weights_f32 = false},
+                       stream);
     }
 }
 

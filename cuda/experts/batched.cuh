@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "cuda/common/numeric.cuh"
+#include "cuda/common/ptx.cuh"
 #include "cuda/experts/batched.h"
 
 namespace moex::cuda::batched {
@@ -24,14 +25,7 @@ inline constexpr int kThreads = 256;  // 8 warps
 // k0 + 8q and 16 bytes of token row g at the same k0 + 8q, and feeds them to two m16n8k16 MMAs: registers .x/.y to
 // the first (logical k pairs 2q and 2q+8 <- physical k0+8q+{0,1} and +{2,3}), .z/.w to the second. Both operands use
 // the same physical-to-logical map because the map depends only on q, so the products are exact dot products over
-// k0 .. k0+31. Weights stream with ld.global.nc.L1::no_allocate (no L1 pollution); token rows hit L1/L2.
-__device__ __forceinline__ uint4 ldg_stream(const void* p) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
+// k0 .. k0+31. Weights stream with ld_stream16 (no L1 pollution, L2 prefetch of 256 B); token rows hit L1/L2.
 
 template <class T>
 __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
@@ -121,7 +115,7 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const bool ok = wp[t][h] != nullptr && (!kGuard || k + 32 * u + 8 * q < k_end);
-                    wv[u][t][h] = ok ? ldg_stream(wp[t][h] + k + 32 * u) : zero;
+                    wv[u][t][h] = ok ? ld_stream16<true>(wp[t][h] + k + 32 * u) : zero;
                 }
 #pragma unroll
         for (int u = 0; u < U; ++u)
@@ -176,7 +170,7 @@ __device__ __forceinline__ void loop_vecn(const ProjArgs& a, const Tile& tile, c
     const int64_t k_begin = ks * kc, k_end = min(a.K, k_begin + kc);
     if (p0 >= 0) {
         for (int64_t k = k_begin; k < k_end; ++k) {
-            const uint4 raw = ldg_stream(W + k * a.R + p0);
+            const uint4 raw = ld_stream16<true>(W + k * a.R + p0);
             const T* wv = reinterpret_cast<const T*>(&raw);
             float xv[kMc];
 #pragma unroll
@@ -247,11 +241,11 @@ __device__ void epilogue(const ProjArgs& a, const Tile& tile, const RowMap& map,
             const int i = idx / hb, c = idx % hb;
             const int64_t ch = map.first + c;
             if (ch >= a.out_cols) continue;
-            const int gj = a.concatenated ? c : 2 * c, uj = a.concatenated ? hb + c : 2 * c + 1;
+            const int gj = a.gate.concatenated ? c : 2 * c, uj = a.gate.concatenated ? hb + c : 2 * c + 1;
             float gv = sum(gj, i), uv = sum(uj, i);
             if (bias != nullptr) gv += to_f32(bias[map(gj)]), uv += to_f32(bias[map(uj)]);
             const int64_t s = a.row_slot[tile.row0 + i];
-            static_cast<T*>(a.out)[s * a.out_cols + ch] = from_f32<T>(apply_gate(a.gp, gv, uv));
+            static_cast<T*>(a.out)[s * a.out_cols + ch] = from_f32<T>(apply_gate(a.gate, gv, uv));
         }
         return;
     }
@@ -263,7 +257,7 @@ __device__ void epilogue(const ProjArgs& a, const Tile& tile, const RowMap& map,
         if (bias != nullptr) v += to_f32(bias[n]);
         const int64_t s = a.row_slot[tile.row0 + i];
         if (a.proj == Proj::kUpAct) {
-            static_cast<T*>(a.out)[s * a.out_cols + n] = from_f32<T>(apply_act(a.gp.activation, v));
+            static_cast<T*>(a.out)[s * a.out_cols + n] = from_f32<T>(apply_act(a.gate.activation, v));
         } else {
             static_cast<float*>(a.out)[s * a.R + n] = v * load_weight(a.weights, a.weights_f32, a.dtype, s);
         }
@@ -307,7 +301,7 @@ __global__ void __launch_bounds__(kThreads, 2) batched_proj_kernel(const __grid_
     const int ks = kLoop == Loop::kMma ? a.ks : (kLoop == Loop::kVecN ? 8 : 4);
     const int mc = kLoop == Loop::kMma ? 8 * NT : 8;
     const int64_t first = int64_t(blockIdx.y) * (gate ? bw / 2 : bw);
-    const RowMap map{a.R, a.R / 2, first, bw, gate, a.concatenated};
+    const RowMap map{a.R, a.R / 2, first, bw, gate, a.gate.concatenated};
     const int w = blockIdx.x;
     if (w < *a.num_tiles) {
         const Tile tile{a.tile_expert[w], a.tile_row0[w], a.tile_nrows[w]};

@@ -4,9 +4,9 @@
 
 #include <cstdint>
 
-#include "cuda/common/numeric.cuh"
+#include "cuda/common/params.h"
 #include "cuda/experts/batched_config.h"
-#include "cuda/launch.h"
+#include "moex/dtype.h"
 
 namespace moex::cuda::batched {
 
@@ -26,12 +26,12 @@ struct ProjArgs {
     const int32_t* num_tiles;    // (1,)
     int64_t R, K, E, out_cols, x_div;
     Proj proj;
-    bool n_major, concatenated;
-    GateParams gp;
+    bool n_major;
+    GateParams gate;  // kUpGate: the gate and the column order of W's rows; kUpAct: gate.activation
     // kDown: y[s] = (acc + bias) * topk_weight[s]
     const void* weights;
     bool weights_f32;
-    int32_t dtype;  // ActDType
+    DType dtype;  // activations; W is stored in it too (quantized W: issue #11)
     // kDown fused combine: the last CTA of each column block sums y over the slots of every token (slot order).
     int32_t* arrive;  // (column blocks,) zeroed by the routing kernel, or nullptr (no fused combine)
     void* final_out;  // (T, R) dtype

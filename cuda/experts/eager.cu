@@ -1,44 +1,26 @@
 // The eager pipeline (Hugging Face's reference loop on the device): route and gather on the device, read the per-expert
 // row ranges back (host sync), then per hit expert two cuBLAS GEMMs (f32 accumulate), the activation, and a combine.
-#include <cublas_v2.h>
-
-#include <array>
 #include <string>
 #include <vector>
 
 #include "cuda/common/check.h"
+#include "cuda/common/cublas.h"
 #include "cuda/common/device.h"
-#include "cuda/experts/elementwise.h"
+#include "cuda/experts/combine.h"
+#include "cuda/experts/hidden_act.h"
 #include "cuda/experts/pipelines.h"
 #include "cuda/routing/routing.h"
 
 namespace moex::cuda {
 namespace {
 
-#define CUBLAS_CHECK(call)                                                                                  \
-    do {                                                                                                    \
-        const cublasStatus_t st_ = (call);                                                                  \
-        if (st_ != CUBLAS_STATUS_SUCCESS)                                                                   \
-            ::moex::fail(::moex::ErrorCode::kCuda, std::string(__FILE__) + ":" + std::to_string(__LINE__) + \
-                                                       ": " #call ": " + cublasGetStatusString(st_));       \
-    } while (0)
-
-// One handle per (thread, device): cuBLAS handles must not be shared by concurrent host threads. Never destroyed
-// (destroying from a thread-exit or static destructor can run after the CUDA runtime has shut down).
-cublasHandle_t cublas_handle() {
-    thread_local std::array<cublasHandle_t, 64> handles{};
-    const int dev = current_device_info().id;
-    if (handles[size_t(dev)] == nullptr) CUBLAS_CHECK(cublasCreate(&handles[size_t(dev)]));
-    return handles[size_t(dev)];
-}
-
-cudaDataType_t cuda_type(ActDType d) {
-    return d == ActDType::kBF16 ? CUDA_R_16BF : d == ActDType::kF16 ? CUDA_R_16F : CUDA_R_32F;
+cudaDataType_t cuda_type(DType d) {
+    return d == DType::kBF16 ? CUDA_R_16BF : d == DType::kF16 ? CUDA_R_16F : CUDA_R_32F;
 }
 
 // C (rows, n) f32 = A (rows, k) · W_e^T, W_e (n, k) row-major, or W_e (k, n) row-major when transposed.
 // cuBLAS is column-major: C^T (n, rows) = op(W) (n, k) · A^T (k, rows).
-void gemm_rows(cublasHandle_t h, ActDType dt, const void* A, int64_t rows, int64_t k, const void* W, int64_t n,
+void gemm_rows(cublasHandle_t h, DType dt, const void* A, int64_t rows, int64_t k, const void* W, int64_t n,
                bool transposed, float* C) {
     const float one = 1.0f, zero = 0.0f;
     const cudaDataType_t t = cuda_type(dt);
@@ -47,40 +29,45 @@ void gemm_rows(cublasHandle_t h, ActDType dt, const void* A, int64_t rows, int64
                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+// One GEMM per hit expert over its rows [start[e], start[e + 1]) of A (rows, k) into C (rows, n).
+void gemm_per_expert(cublasHandle_t h, DType dt, const std::vector<int32_t>& start, const char* A, int64_t k,
+                     const char* W, int64_t n, bool transposed, float* C) {
+    const int64_t esize = dtype_size(dt), E = int64_t(start.size()) - 1;
+    for (int64_t e = 0; e < E; ++e) {
+        const int64_t r0 = start[size_t(e)], rows = start[size_t(e) + 1] - r0;
+        if (rows > 0) gemm_rows(h, dt, A + r0 * k * esize, rows, k, W + e * n * k * esize, n, transposed, C + r0 * n);
+    }
+}
+
 }  // namespace
 
-void run_eager(const ExpertsArgs& x, cudaStream_t stream) {
-    const int64_t S = x.T * x.k, N = up_width(x), E = x.E;
-    const int esize = act_size(x.dtype);
-    MOEX_REQUIRE(N < (int64_t(1) << 31) && x.H < (int64_t(1) << 31) && S < (int64_t(1) << 31), ErrorCode::kUnsupported,
+void run_eager(const ExpertsArgs& a, cudaStream_t stream) {
+    const int64_t S = a.T * a.k, N = up_width(a), E = a.E, esize = dtype_size(a.dtype);
+    MOEX_REQUIRE(N < (int64_t(1) << 31) && a.H < (int64_t(1) << 31) && S < (int64_t(1) << 31), ErrorCode::kUnsupported,
                  "eager: sizes past 2^31 do not fit cuBLAS int arguments");
-    const int32_t tile_rows = int32_t(S);  // one tile per hit expert: tiles are unused here
-    const int64_t tiles = routing_tiles_bound(S, E, 1, tile_rows);
 
     Workspace ws(stream);
-    const size_t o_count = ws.reserve_n<int32_t>(E), o_start = ws.reserve_n<int32_t>(E + 1);
-    const size_t o_te = ws.reserve_n<int32_t>(tiles), o_nt = ws.reserve_n<int32_t>(1);
-    const size_t o_sr = ws.reserve_n<int32_t>(S), o_rs = ws.reserve_n<int32_t>(S);
-    const size_t o_scr = ws.reserve_n<int32_t>(routing_scratch_ints(S, E));
-    const size_t o_a = ws.reserve(size_t(S) * size_t(x.H) * esize);
-    const size_t o_u = ws.reserve_n<float>(S * N);
-    const size_t o_h = ws.reserve(size_t(S) * size_t(x.I) * esize);
-    const size_t o_y = ws.reserve_n<float>(S * x.H);
+    const RoutingBuffers rb = reserve_routing(ws, S, E, 1, int32_t(S));  // one tile per hit expert (unused here)
+    const size_t x_rows = ws.reserve(size_t(S) * size_t(a.H) * esize);   // (S, H) gathered hidden states
+    const size_t u_rows = ws.reserve_n<float>(S * N);                    // (S, N) f32 up projection
+    const size_t h_rows = ws.reserve(size_t(S) * size_t(a.I) * esize);   // (S, I) hidden activation
+    const size_t y_rows = ws.reserve_n<float>(S * a.H);                  // (S, H) f32 down projection
     ws.allocate();
 
-    RoutingArgs r{};
-    r.ids = x.ids, r.ids_i64 = x.ids_i64, r.S = S, r.E = E, r.align = 1, r.tile_rows = tile_rows;
-    r.expert_count = ws.at<int32_t>(o_count), r.expert_row_start = ws.at<int32_t>(o_start);
-    r.tile_expert = ws.at<int32_t>(o_te), r.tile_row0 = nullptr, r.tile_nrows = nullptr;
-    r.num_tiles = ws.at<int32_t>(o_nt), r.slot_row = ws.at<int32_t>(o_sr), r.row_slot = ws.at<int32_t>(o_rs);
-    r.zero = nullptr, r.n_zero = 0, r.scratch = ws.at<int32_t>(o_scr);
+    const RoutingArgs r = rb.args(ws, a.top_k_index, a.ids_i64);
     launch_routing(r, stream);
-
-    GatherArgs g{};
-    g.x = x.x, g.A = ws.at<void>(o_a), g.row_scale = nullptr, g.topk_weights = x.topk_weights;
-    g.row_slot = r.row_slot, g.total_rows = r.expert_row_start + E;
-    g.rows_bound = S, g.H = x.H, g.k = x.k, g.dtype = x.dtype, g.weights_f32 = x.weights_f32;
-    launch_gather_rows(g, stream);
+    launch_gather_rows(GatherArgs{.x = a.hidden_states,
+                                  .A = ws.at<void>(x_rows),
+                                  .row_scale = nullptr,
+                                  .topk_weights = a.top_k_weights,
+                                  .row_slot = r.row_slot,
+                                  .total_rows = r.expert_row_start + E,
+                                  .rows_bound = S,
+                                  .H = a.H,
+                                  .k = a.k,
+                                  .dtype = a.dtype,
+                                  .weights_f32 = a.weights_f32},
+                       stream);
 
     // The host sync that makes eager "eager": which experts are hit, and their row ranges.
     std::vector<int32_t> start(size_t(E) + 1);
@@ -90,39 +77,39 @@ void run_eager(const ExpertsArgs& x, cudaStream_t stream) {
 
     cublasHandle_t h = cublas_handle();
     CUBLAS_CHECK(cublasSetStream(h, stream));
-    const char* A = ws.at<char>(o_a);
-    const char* Wu = static_cast<const char*>(x.w_up);
-    const char* Wd = static_cast<const char*>(x.w_down);
-    float* U = ws.at<float>(o_u);
-    for (int64_t e = 0; e < E; ++e) {
-        const int64_t r0 = start[size_t(e)], rows = start[size_t(e) + 1] - r0;
-        if (rows == 0) continue;
-        gemm_rows(h, x.dtype, A + r0 * x.H * esize, rows, x.H, Wu + e * N * x.H * esize, N, x.is_transposed,
-                  U + r0 * N);
-    }
-
-    HiddenActArgs ha{};
-    ha.U = U, ha.h = ws.at<void>(o_h), ha.bias = x.b_up, ha.row_slot = r.row_slot, ha.ids = x.ids;
-    ha.total_rows = r.expert_row_start + E, ha.rows_bound = S, ha.N = N, ha.I = x.I, ha.E = E;
-    ha.dtype = x.dtype, ha.ids_i64 = x.ids_i64, ha.has_gate = x.has_gate, ha.concatenated = x.is_concatenated;
-    ha.activation = x.activation, ha.gate_kind = x.gate_kind;
-    ha.swiglu_alpha = x.swiglu_alpha, ha.swiglu_limit = x.swiglu_limit;
-    launch_hidden_act(ha, stream);
-
-    const char* Hb = ws.at<char>(o_h);
-    float* Y = ws.at<float>(o_y);
-    for (int64_t e = 0; e < E; ++e) {
-        const int64_t r0 = start[size_t(e)], rows = start[size_t(e) + 1] - r0;
-        if (rows == 0) continue;
-        gemm_rows(h, x.dtype, Hb + r0 * x.I * esize, rows, x.I, Wd + e * x.H * x.I * esize, x.H, x.is_transposed,
-                  Y + r0 * x.H);
-    }
-
-    CombineArgs c{};
-    c.Y = Y, c.slot_row = r.slot_row, c.ids = x.ids, c.bias = x.b_down, c.weights = x.topk_weights;
-    c.out = x.out, c.T = x.T, c.H = x.H, c.k = x.k, c.E = E, c.dtype = x.dtype, c.ids_i64 = x.ids_i64;
-    c.weights_f32 = x.weights_f32;
-    launch_combine(c, stream);
+    gemm_per_expert(h, a.dtype, start, ws.at<char>(x_rows), a.H, static_cast<const char*>(a.gate_up_proj), N,
+                    a.is_transposed, ws.at<float>(u_rows));
+    launch_hidden_act(HiddenActArgs{.U = ws.at<float>(u_rows),
+                                    .h = ws.at<void>(h_rows),
+                                    .bias = a.gate_up_bias,
+                                    .row_slot = r.row_slot,
+                                    .ids = a.top_k_index,
+                                    .total_rows = r.expert_row_start + E,
+                                    .rows_bound = S,
+                                    .N = N,
+                                    .I = a.I,
+                                    .E = E,
+                                    .dtype = a.dtype,
+                                    .ids_i64 = a.ids_i64,
+                                    .has_gate = a.has_gate,
+                                    .gate = a.gate},
+                      stream);
+    gemm_per_expert(h, a.dtype, start, ws.at<char>(h_rows), a.I, static_cast<const char*>(a.down_proj), a.H,
+                    a.is_transposed, ws.at<float>(y_rows));
+    launch_combine(CombineArgs{.Y = ws.at<float>(y_rows),
+                               .slot_row = r.slot_row,
+                               .ids = a.top_k_index,
+                               .bias = a.down_bias,
+                               .weights = a.top_k_weights,
+                               .out = a.out,
+                               .T = a.T,
+                               .H = a.H,
+                               .k = a.k,
+                               .E = E,
+                               .dtype = a.dtype,
+                               .ids_i64 = a.ids_i64,
+                               .weights_f32 = a.weights_f32},
+                   stream);
 }
 
 }  // namespace moex::cuda

@@ -12,22 +12,23 @@ void run_experts(const ExpertsArgs& a, Algo algo, void* stream) {
     MOEX_REQUIRE(a.T >= 0 && a.H > 0 && a.I > 0 && a.E > 0 && a.k > 0, ErrorCode::kInvalidArgument,
                  "run_experts: T must be >= 0 and H, I, E, k > 0");
     if (a.T == 0) return;
-    MOEX_REQUIRE(a.x && a.ids && a.topk_weights && a.w_up && a.w_down && a.out, ErrorCode::kInvalidArgument,
-                 "run_experts: null tensor pointer");
-    MOEX_REQUIRE(a.activation >= 0 && a.activation <= 3 && (a.gate_kind == 0 || a.gate_kind == 1),
-                 ErrorCode::kInvalidArgument, "run_experts: unknown activation or gate kind");
-    MOEX_REQUIRE(a.has_gate || (a.is_concatenated && a.gate_kind == 0), ErrorCode::kInvalidArgument,
-                 "run_experts: interleaved layout and the gpt-oss gate need a gate");
+    MOEX_REQUIRE(a.hidden_states && a.top_k_index && a.top_k_weights && a.gate_up_proj && a.down_proj && a.out,
+                 ErrorCode::kInvalidArgument, "run_experts: null tensor pointer");
+    MOEX_REQUIRE(is_float_activation(a.dtype), ErrorCode::kInvalidArgument,
+                 "run_experts: activations must be bf16, f16 or f32, not " + std::string(dtype_name(a.dtype)));
+    MOEX_REQUIRE(a.weight_dtype == a.dtype && !a.gate_up_scales.data && !a.down_scales.data, ErrorCode::kUnsupported,
+                 "run_experts: " + std::string(dtype_name(a.weight_dtype)) +
+                     " weights: the CUDA experts kernels take weights in the activation dtype only (quantized "
+                     "experts are not implemented yet)");
+    MOEX_REQUIRE(a.has_gate || (a.gate.concatenated && a.gate.kind == GateKind::kDefault), ErrorCode::kInvalidArgument,
+                 "run_experts: the interleaved layout and the gpt-oss gate need a gate");
     MOEX_REQUIRE(a.T * a.k < (int64_t(1) << 30), ErrorCode::kUnsupported,
                  "run_experts: T*k = " + std::to_string(a.T * a.k) + " routed rows; at most 2^30 are supported");
     const cudaStream_t s = as_stream(stream);
     switch (algo) {
-        case Algo::kEager:
-            return run_eager(a, s);
-        case Algo::kBatched:
-            return run_batched(a, s);
-        case Algo::kGrouped:
-            return run_grouped(a, s);
+        case Algo::kEager: return run_eager(a, s);
+        case Algo::kBatched: return run_batched(a, s);
+        case Algo::kGrouped: return run_grouped(a, s);
     }
     fail(ErrorCode::kInvalidArgument, "run_experts: unknown algorithm");
 }

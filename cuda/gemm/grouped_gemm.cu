@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cuda/common/align.h"
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
 #include "cuda/gemm/grouped_gemm.h"
@@ -19,8 +20,6 @@ bool force_portable() {
     }();
     return forced;
 }
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 template <class T, int V, bool kNMajor>
 void launch_portable_as(const GroupedGemmArgs& g, cudaStream_t stream) {
@@ -41,9 +40,9 @@ void launch_portable_as(const GroupedGemmArgs& g, cudaStream_t stream) {
 template <class T>
 void launch_portable_typed(const GroupedGemmArgs& g, cudaStream_t stream) {
     constexpr int V = 16 / int(sizeof(T));  // elements per 16-byte vector
-    const bool gate_concat = g.epilogue == Epilogue::kGate && g.concatenated;
+    const bool gate_concat = g.epilogue == Epilogue::kGate && g.gate.concatenated;
     const bool vec =
-        g.K % V == 0 && g.N % V == 0 && (!gate_concat || (g.N / 2) % V == 0) && aligned16(g.A) && aligned16(g.B);
+        g.K % V == 0 && g.N % V == 0 && (!gate_concat || (g.N / 2) % V == 0) && is_aligned16(g.A) && is_aligned16(g.B);
     if (g.b_n_major) {
         if (vec) return launch_portable_as<T, V, true>(g, stream);
         return launch_portable_as<T, 1, true>(g, stream);
@@ -62,17 +61,17 @@ void launch_grouped_gemm_portable(const GroupedGemmArgs& g, void* stream) {
     if (g.max_m_tiles == 0) return;
     const cudaStream_t s = as_stream(stream);
     switch (g.dtype) {
-        case ActDType::kBF16:
-            return launch_portable_typed<__nv_bfloat16>(g, s);
-        case ActDType::kF16:
-            return launch_portable_typed<__half>(g, s);
-        case ActDType::kF32:
-            return launch_portable_typed<float>(g, s);
+        case DType::kBF16: return launch_portable_typed<__nv_bfloat16>(g, s);
+        case DType::kF16: return launch_portable_typed<__half>(g, s);
+        case DType::kF32: return launch_portable_typed<float>(g, s);
+        default: fail(ErrorCode::kInvalidArgument, "grouped GEMM: activations must be bf16, f16 or f32");
     }
 }
 
 void launch_grouped_gemm(const GroupedGemmArgs& g, void* stream) {
-    if (g.dtype != ActDType::kF32 && !force_portable() && launch_grouped_gemm_sm90(g, stream)) return;
+    MOEX_REQUIRE(g.b_dtype == g.dtype && g.b_scales.data == nullptr, ErrorCode::kUnsupported,
+                 "grouped GEMM: weights must be stored in the activation dtype (quantized weights have no kernel yet)");
+    if (g.dtype != DType::kF32 && !force_portable() && launch_grouped_gemm_sm90(g, stream)) return;
     launch_grouped_gemm_portable(g, stream);
 }
 

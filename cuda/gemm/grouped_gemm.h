@@ -4,7 +4,8 @@
 
 #include <cstdint>
 
-#include "cuda/launch.h"
+#include "cuda/common/params.h"
+#include "moex/dtype.h"
 
 namespace moex::cuda {
 
@@ -19,26 +20,25 @@ enum class Epilogue : int32_t {
 // All routing arrays live in device memory and are written by the routing kernels, so the launch needs no host sync
 // and can be captured in a CUDA graph. Element offsets are 64-bit (row * K can pass 2^31).
 struct GroupedGemmArgs {
-    const void* A;                   // (P, K) row-major, dtype; padding rows are zero
-    const void* B;                   // (E, N, K) K-major; b_n_major: (E, K, N)
-    void* D;                         // (P, N_out) row-major; N_out = N/2 for kGate, else N; d_f32: float32 else dtype
-    const void* bias;                // (E, N) dtype, or nullptr
-    const float* row_scale;          // (P,) or nullptr: multiplies each output row (the routing weight)
-    const int32_t* m_tile_expert;    // (max_m_tiles,) expert of each 128-row M tile, tiles in order
-    const int32_t* num_m_tiles;      // (1,) how many entries of m_tile_expert are used
-    const int32_t* expert_row_start; // (E + 1,) padded row start of each expert's block (multiple of kRowAlign)
-    const int32_t* expert_row_count; // (E,) real rows of each expert (rows past it up to the next block: padding)
+    const void* A;                    // (P, K) row-major, dtype; padding rows are zero
+    const void* B;                    // (E, N, K) K-major; b_n_major: (E, K, N); b_dtype
+    void* D;                          // (P, N_out) row-major; N_out = N/2 for kGate, else N; d_f32: float32 else dtype
+    const void* bias;                 // (E, N) dtype, or nullptr
+    const float* row_scale;           // (P,) or nullptr: multiplies each output row (the routing weight)
+    const int32_t* m_tile_expert;     // (max_m_tiles,) expert of each 128-row M tile, tiles in order
+    const int32_t* num_m_tiles;       // (1,) how many entries of m_tile_expert are used
+    const int32_t* expert_row_start;  // (E + 1,) padded row start of each expert's block (multiple of kRowAlign)
+    const int32_t* expert_row_count;  // (E,) real rows of each expert (rows past it up to the next block: padding)
     int64_t P, N, K, E;
-    int64_t max_m_tiles;             // host upper bound: P / kRowAlign
-    ActDType dtype;
-    bool b_n_major;                  // B stored (E, K, N) (the "is_transposed" weight layout)
+    int64_t max_m_tiles;  // host upper bound: P / kRowAlign
+    DType dtype;          // A, bias and (unless d_f32) D
+    bool b_n_major;       // B stored (E, K, N) (the "is_transposed" weight layout)
     bool d_f32;
     Epilogue epilogue;
-    // Gate epilogue (kGate): columns [gate | up] when concatenated, else interleaved [g0, u0, g1, u1, ...].
-    bool concatenated;
-    int32_t activation;  // moex::Activation
-    int32_t gate_kind;   // moex::GateKind
-    float swiglu_alpha, swiglu_limit;
+    GateParams gate;  // kGate: the gate, and the column order of B's rows ([gate | up] or interleaved)
+    // B as stored: b_dtype == dtype with no scales is the only state the kernels take today (quantized B: issue #11).
+    DType b_dtype;
+    WeightScales b_scales;
 };
 
 // Picks the kernel: the sm_90a WGMMA kernel for bf16/f16 when K and N meet its alignment, else the portable one.

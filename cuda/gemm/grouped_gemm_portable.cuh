@@ -223,18 +223,18 @@ __device__ __forceinline__ void compute_simt(float (&acc)[8][8], const float* As
 template <class T>
 __device__ void epilogue(const GroupedGemmArgs& g, const float* Cs, int e, int64_t row0, int64_t first) {
     const T* bias = g.bias != nullptr ? static_cast<const T*>(g.bias) + int64_t(e) * g.N : nullptr;
-    const GateParams gp{g.activation, g.gate_kind, g.swiglu_alpha, g.swiglu_limit};
     if (g.epilogue == Epilogue::kGate) {
         const int64_t half = g.N / 2;
         for (int idx = threadIdx.x; idx < kBM * (kBN / 2); idx += kThreads) {
             const int r = idx / (kBN / 2), i = idx % (kBN / 2);
             const int64_t ch = first + i;
             if (ch >= half) continue;
-            const int gj = g.concatenated ? i : 2 * i, uj = g.concatenated ? kBN / 2 + i : 2 * i + 1;
-            const int64_t gp_col = g.concatenated ? ch : 2 * ch, up_col = g.concatenated ? half + ch : 2 * ch + 1;
+            const int gj = g.gate.concatenated ? i : 2 * i, uj = g.gate.concatenated ? kBN / 2 + i : 2 * i + 1;
+            const int64_t gp_col = g.gate.concatenated ? ch : 2 * ch,
+                          up_col = g.gate.concatenated ? half + ch : 2 * ch + 1;
             float gv = Cs[r * Pitch<T>::kC + gj], uv = Cs[r * Pitch<T>::kC + uj];
             if (bias != nullptr) gv += to_f32(bias[gp_col]), uv += to_f32(bias[up_col]);
-            float v = apply_gate(gp, gv, uv);
+            float v = apply_gate(g.gate, gv, uv);
             if (g.row_scale != nullptr) v *= g.row_scale[row0 + r];
             const int64_t o = (row0 + r) * half + ch;
             if (g.d_f32)
@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_portable_kernel(const _
     const int64_t row0 = int64_t(m) * kBM;
     const bool gate = g.epilogue == Epilogue::kGate;
     const int64_t first = int64_t(blockIdx.y) * (gate ? kBN / 2 : kBN);
-    const ColMap cmap{g.N, g.N / 2, first, gate, g.concatenated};
+    const ColMap cmap{g.N, g.N / 2, first, gate, g.gate.concatenated};
     const T* A = static_cast<const T*>(g.A);
     const T* B = static_cast<const T*>(g.B) + int64_t(e) * g.N * g.K;
 

@@ -9,10 +9,11 @@
 #include <mutex>
 #include <string>
 
+#include "cuda/common/check.h"
+#include "cuda/common/device.h"
 #include "cuda/gemm/grouped_gemm.h"
 #include "cuda/gemm/grouped_gemm_sm90.cuh"
 #include "cuda/gemm/sm90_config.h"
-#include "moex/error.h"
 
 namespace moex::cuda {
 namespace {
@@ -20,47 +21,11 @@ namespace {
 using sm90::EpiKind;
 using sm90::Sm90Params;
 
-void check(cudaError_t e, const char* what) {
-    if (e != cudaSuccess)
-        fail(ErrorCode::kCuda, std::string("grouped_gemm_sm90: ") + what + ": " + cudaGetErrorString(e));
-}
-
-constexpr int kMaxDevices = 64;
-
-struct DeviceInfo {
-    int sm_count = 0;
-    bool sm90 = false;  // compute capability 9.0 exactly: the sm_90a code runs nowhere else
-};
-
-int current_device() {
-    int dev = 0;
-    check(cudaGetDevice(&dev), "cudaGetDevice");
-    MOEX_REQUIRE(dev >= 0 && dev < kMaxDevices, ErrorCode::kCuda, "grouped_gemm_sm90: device index out of range");
-    return dev;
-}
-
-const DeviceInfo& device_info(int dev) {
-    static std::mutex mu;
-    static std::array<DeviceInfo, kMaxDevices> info;
-    static std::array<bool, kMaxDevices> known{};
-    std::lock_guard<std::mutex> lock(mu);
-    if (!known[dev]) {
-        int major = 0, minor = 0;
-        check(cudaDeviceGetAttribute(&info[dev].sm_count, cudaDevAttrMultiProcessorCount, dev), "SM count");
-        check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "compute capability");
-        check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), "compute capability");
-        info[dev].sm90 = major == 9 && minor == 0;
-        known[dev] = true;
-    }
-    return info[dev];
-}
-
 PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
     static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
         void* p = nullptr;
         cudaDriverEntryPointQueryResult q{};
-        check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q),
-              "driver entry point cuTensorMapEncodeTiled");
+        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
         MOEX_REQUIRE(q == cudaDriverEntryPointSuccess && p, ErrorCode::kCuda,
                      "grouped_gemm_sm90: cuTensorMapEncodeTiled not found in the driver");
         return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
@@ -91,8 +56,7 @@ struct KernelSetup {
         std::lock_guard<std::mutex> lock(mu);
         if (!done[dev]) {
             auto kernel = sm90::grouped_gemm_sm90_kernel<T, kBNMajor, kEpi>;
-            check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sm90::kSmemBytes),
-                  "cudaFuncSetAttribute(max dynamic shared memory)");
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sm90::kSmemBytes));
             cudaLaunchConfig_t cfg{};
             cudaLaunchAttribute attr{};
             attr.id = cudaLaunchAttributeClusterDimension;
@@ -147,21 +111,18 @@ bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStrea
     p.epi.P = static_cast<int32_t>(P);
     p.epi.N = static_cast<int32_t>(N);
     p.epi.n_half = static_cast<int32_t>(N / 2);
-    p.epi.concatenated = a.concatenated ? 1 : 0;
-    p.epi.gate_fn = a.gate_kind == 1 ? sm90::kGptOss : a.activation;
-    p.epi.alpha = a.swiglu_alpha;
-    p.epi.limit = a.swiglu_limit;
+    p.epi.gate = a.gate;
     p.m_tile_expert = a.m_tile_expert;
     p.num_m_tiles = a.num_m_tiles;
     p.expert_row_start = a.expert_row_start;
     p.expert_row_count = a.expert_row_count;
     p.K = static_cast<int32_t>(K);
     p.E = static_cast<int32_t>(E);
-    p.num_n_tiles = static_cast<int32_t>(kGate && a.concatenated ? (N / 2 + 127) / 128 : (N + 255) / 256);
+    p.num_n_tiles = static_cast<int32_t>(kGate && a.gate.concatenated ? (N / 2 + 127) / 128 : (N + 255) / 256);
     p.max_m_tiles = static_cast<int32_t>(a.max_m_tiles);
 
     // Persistent grid: one CTA per SM (or per resident 2-CTA cluster slot), never more than the tile bound.
-    const DeviceInfo& info = device_info(dev);
+    const DeviceState& info = device_state();
     const int64_t tile_bound = std::max<int64_t>(1, a.max_m_tiles * p.num_n_tiles);
     int cluster = cfg.cluster_m == 2 ? 2 : 1;
     int ctas = cfg.max_ctas > 0 ? std::min(cfg.max_ctas, info.sm_count) : info.sm_count;
@@ -182,7 +143,7 @@ bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStrea
     attr.val.clusterDim.x = cluster, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
     lc.gridDim = dim3(ctas), lc.blockDim = dim3(sm90::kThreads), lc.dynamicSmemBytes = sm90::kSmemBytes;
     lc.stream = stream, lc.attrs = &attr, lc.numAttrs = 1;
-    check(cudaLaunchKernelEx(&lc, sm90::grouped_gemm_sm90_kernel<T, kBNMajor, kEpi>, p), "launch");
+    CUDA_CHECK(cudaLaunchKernelEx(&lc, sm90::grouped_gemm_sm90_kernel<T, kBNMajor, kEpi>, p));
     return true;
 }
 
@@ -198,26 +159,28 @@ bool dispatch_layout(const GroupedGemmArgs& a, const Sm90GemmConfig& c, int dev,
     return a.b_n_major ? dispatch_epilogue<T, true>(a, c, dev, s) : dispatch_epilogue<T, false>(a, c, dev, s);
 }
 
+// The launch once the arguments and the configuration are known to be good.
+bool launch_checked(const GroupedGemmArgs& args, const Sm90GemmConfig& config, const DeviceState& dev, void* stream) {
+    if (args.P == 0 || args.max_m_tiles == 0) return true;  // nothing to compute
+    const auto s = static_cast<cudaStream_t>(stream);
+    return args.dtype == DType::kBF16 ? dispatch_layout<__nv_bfloat16>(args, config, dev.id, s)
+                                      : dispatch_layout<__half>(args, config, dev.id, s);
+}
+
 }  // namespace
 
 bool launch_grouped_gemm_sm90_with(const GroupedGemmArgs& args, const Sm90GemmConfig& config, void* stream) {
-    if (config.why_not != nullptr) return false;
-    const int dev = current_device();
-    const DeviceInfo& info = device_info(dev);
-    if (!info.sm90) return false;
-    // A caller-made config carries no shape checks: they live in one place, the chooser.
-    if (choose_grouped_gemm_sm90_config(args, info.sm_count).why_not != nullptr) return false;
-    if (args.P == 0 || args.max_m_tiles == 0) return true;  // nothing to compute
-    const auto s = static_cast<cudaStream_t>(stream);
-    return args.dtype == ActDType::kBF16 ? dispatch_layout<__nv_bfloat16>(args, config, dev, s)
-                                         : dispatch_layout<__half>(args, config, dev, s);
+    const DeviceState& dev = device_state();
+    if (!dev.sm90 || config.why_not != nullptr || sm90_why_not(args) != nullptr) return false;
+    return launch_checked(args, config, dev, stream);
 }
 
 bool launch_grouped_gemm_sm90(const GroupedGemmArgs& args, void* stream) {
-    const int dev = current_device();
-    const DeviceInfo& info = device_info(dev);
-    if (!info.sm90) return false;
-    return launch_grouped_gemm_sm90_with(args, choose_grouped_gemm_sm90_config(args, info.sm_count), stream);
+    const DeviceState& dev = device_state();
+    if (!dev.sm90) return false;
+    const Sm90GemmConfig config = choose_grouped_gemm_sm90_config(args, dev.sm_count);
+    if (config.why_not != nullptr) return false;
+    return launch_checked(args, config, dev, stream);
 }
 
 // Instantiations: {bf16, f16} x {B (E, N, K), B (E, K, N)} x {store dtype, store f32, gate}.

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/align.h"
 #include "cuda/gemm/grouped_gemm.h"
 
 namespace moex::cuda {
@@ -21,46 +22,36 @@ struct Sm90GemmConfig {
     int32_t max_ctas = 0;           // persistent CTAs; 0: one per SM (cluster 2: as many pairs as can be resident)
 };
 
-namespace sm90_detail {
-inline bool aligned(const void* p, uintptr_t bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
-}  // namespace sm90_detail
-
-// Pure function of the problem and the SM count. Cluster 2 only pays when adjacent M tiles usually share an
-// expert: P / 128 tiles over E experts, >= 2 tiles per expert on average (e.g. mixtral, qwen3 at T >= 4096;
-// deepseek-v3 at T = 4096 has 1 tile per expert and gets cluster 1). group_m 16: a wave of 132 CTAs covers
-// 16 M tiles x ~8 N tiles, which minimises the distinct A + B bytes per wave (16·a + 132/16·2a for B = 2·A
-// tile bytes) when the M tiles share an expert, and costs ~3% more HBM than n-fastest when they do not.
-inline Sm90GemmConfig choose_grouped_gemm_sm90_config(const GroupedGemmArgs& a, int sm_count) {
-    using sm90_detail::aligned;
-    Sm90GemmConfig c;
+// Why the sm_90a kernel cannot run these arguments (nullptr: it can). The shape checks live here and only here.
+inline const char* sm90_why_not(const GroupedGemmArgs& a) {
     const bool gate = a.epilogue == Epilogue::kGate;
-    if (a.dtype != ActDType::kBF16 && a.dtype != ActDType::kF16)
-        c.why_not = "sm90 kernel takes bf16/f16 inputs only";
-    else if (a.K <= 0 || a.N <= 0 || a.E <= 0 || a.P < 0)
-        c.why_not = "empty or negative dimension";
-    else if (a.K % 8 != 0)
-        c.why_not = "K must be a multiple of 8 (16-byte TMA row stride)";
-    else if (a.N % 8 != 0)
-        c.why_not = "N must be a multiple of 8 (16-byte TMA row stride)";
-    else if (gate && a.N % 16 != 0)
-        c.why_not = "kGate needs N/2 a multiple of 8 (16-byte output row stride)";
-    else if (gate && a.d_f32)
-        c.why_not = "kGate writes the input dtype only";
-    else if (gate && a.gate_kind != 0 && a.gate_kind != 1)
-        c.why_not = "unknown gate kind";
-    else if (gate && a.gate_kind == 0 && (a.activation < 0 || a.activation > 3))
-        c.why_not = "unknown activation";
-    else if (a.K > INT32_MAX || a.N > INT32_MAX || a.P > INT32_MAX || a.E > INT32_MAX || a.max_m_tiles < 0 ||
-             a.max_m_tiles > INT32_MAX / 128 || a.max_m_tiles * ((a.N + 127) / 128) > INT32_MAX)
-        c.why_not = "dimension or tile count past 2^31";
-    else if (!a.A || !a.B || !a.D || !a.m_tile_expert || !a.num_m_tiles || !a.expert_row_start || !a.expert_row_count)
-        c.why_not = "missing pointer";
-    else if (!aligned(a.A, 16) || !aligned(a.B, 16) || !aligned(a.D, 16))
-        c.why_not = "A, B, D must be 16-byte aligned";
-    else if ((a.bias && !aligned(a.bias, 4)) || (a.row_scale && !aligned(a.row_scale, 4)))
-        c.why_not = "bias and row_scale must be 4-byte aligned";
-    else if (sm_count < 1)
-        c.why_not = "no SM";
+    if (a.dtype != DType::kBF16 && a.dtype != DType::kF16) return "sm90 kernel takes bf16/f16 inputs only";
+    if (a.b_dtype != a.dtype || a.b_scales.data != nullptr) return "sm90 kernel takes B in the dtype of A only";
+    if (a.K <= 0 || a.N <= 0 || a.E <= 0 || a.P < 0) return "empty or negative dimension";
+    if (a.K % 8 != 0) return "K must be a multiple of 8 (16-byte TMA row stride)";
+    if (a.N % 8 != 0) return "N must be a multiple of 8 (16-byte TMA row stride)";
+    if (gate && a.N % 16 != 0) return "kGate needs N/2 a multiple of 8 (16-byte output row stride)";
+    if (gate && a.d_f32) return "kGate writes the input dtype only";
+    if (a.K > INT32_MAX || a.N > INT32_MAX || a.P > INT32_MAX || a.E > INT32_MAX || a.max_m_tiles < 0 ||
+        a.max_m_tiles > INT32_MAX / 128 || a.max_m_tiles * ((a.N + 127) / 128) > INT32_MAX)
+        return "dimension or tile count past 2^31";
+    if (!a.A || !a.B || !a.D || !a.m_tile_expert || !a.num_m_tiles || !a.expert_row_start || !a.expert_row_count)
+        return "missing pointer";
+    if (!is_aligned16(a.A) || !is_aligned16(a.B) || !is_aligned16(a.D)) return "A, B, D must be 16-byte aligned";
+    if ((a.bias && !is_aligned(a.bias, 4)) || (a.row_scale && !is_aligned(a.row_scale, 4)))
+        return "bias and row_scale must be 4-byte aligned";
+    return nullptr;
+}
+
+// Pure function of the problem and the SM count (why_not set: the kernel cannot run it). Cluster 2 only pays when
+// adjacent M tiles usually share an expert: P / 128 tiles over E experts, >= 2 tiles per expert on average (e.g.
+// mixtral, qwen3 at T >= 4096; deepseek-v3 at T = 4096 has 1 tile per expert and gets cluster 1). group_m 16: a wave
+// of 132 CTAs covers 16 M tiles x ~8 N tiles, which minimises the distinct A + B bytes per wave (16·a + 132/16·2a for
+// B = 2·A tile bytes) when the M tiles share an expert, and costs ~3% more HBM than n-fastest when they do not.
+inline Sm90GemmConfig choose_grouped_gemm_sm90_config(const GroupedGemmArgs& a, int sm_count) {
+    Sm90GemmConfig c;
+    c.why_not = sm90_why_not(a);
+    if (c.why_not == nullptr && sm_count < 1) c.why_not = "no SM";
     if (c.why_not) return c;
     const int64_t tiles_per_expert = a.max_m_tiles / a.E;
     // Real rows are about P - E·(kRowAlign - 1) (P is the host bound S + E·127). With >= 64 rows per expert on
@@ -78,7 +69,8 @@ inline Sm90GemmConfig choose_grouped_gemm_sm90_config(const GroupedGemmArgs& a, 
 }
 
 // Launches with an explicit configuration (tests and benchmarks force cluster_m / group_m through this);
-// returns false when config.why_not is set or the device is not sm_90. Throws moex::Error(kCuda) on CUDA errors.
+// returns false when config.why_not is set, sm90_why_not(args) refuses the arguments or the device is not sm_90.
+// Throws moex::Error(kCuda) on CUDA errors.
 bool launch_grouped_gemm_sm90_with(const GroupedGemmArgs& args, const Sm90GemmConfig& config, void* stream);
 
 }  // namespace moex::cuda

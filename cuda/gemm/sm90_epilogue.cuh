@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/common/params.h"
 #include "cuda/gemm/sm90_tma.cuh"
 
 namespace moex::cuda::sm90 {
@@ -19,7 +20,6 @@ enum class EpiKind : int32_t {
     kStoreF32 = 1,  // same, written in f32
     kGate = 2,      // D = gate(acc + bias) · row_scale over (gate, up) column pairs, written in the input dtype
 };
-enum GateFn : int32_t { kSilu = 0, kGelu = 1, kGeluTanh = 2, kRelu = 3, kGptOss = 4 };
 
 // One TMA store box: 64 rows x 128 bytes (32 f32 or 64 16-bit values), 128B-swizzled, 1024-aligned.
 inline constexpr uint32_t kStoreBoxBytes = 64 * 128;
@@ -30,9 +30,7 @@ struct EpilogueParams {
     int32_t P;               // rows of D
     int32_t N;               // accumulator columns (B rows)
     int32_t n_half;          // N / 2: gate outputs per row
-    int32_t concatenated;    // kGate: columns [gate | up] (else interleaved [g0, u0, g1, u1, ...])
-    int32_t gate_fn;         // GateFn
-    float alpha, limit;  // kGptOss: (clamp(u, -limit, limit) + 1) · min(g, limit) · sigmoid(alpha · min(g, limit))
+    GateParams gate;         // kGate: the gate and the column order ([gate | up] or interleaved [g0, u0, g1, u1, ...])
 };
 
 // Where this thread's accumulators sit: rows r_lo and r_lo + 8 of the warpgroup's 64, column pair 2q, 2q + 1
@@ -56,19 +54,24 @@ struct TileExtras {
 // MUFU op but cancels for k·x << 0: tanh.approx's 2^-11 error becomes ~4% of silu(-5).) -k·x large: -0.
 __device__ __forceinline__ float x_sigmoid(float x, float k) { return __fdividef(x, 1.f + __expf(-k * x)); }
 
-template <int kFn>
+// The gate in the epilogue: the functions of apply_gate (cuda/common/numeric.cuh) with MUFU approximations, a few
+// ulp apart in f32 (the row-wise kernels there are not arithmetic-bound and keep libm's). kGptOss ignores kAct.
+template <GateKind kKind, Activation kAct>
 __device__ __forceinline__ float gate_value(float g, float u, float alpha, float limit) {
-    if constexpr (kFn == kSilu) return x_sigmoid(g, 1.f) * u;
-    if constexpr (kFn == kGelu) return 0.5f * g * erfcf(-0.7071067811865476f * g) * u;  // 1 + erf(x) = erfc(-x)
-    if constexpr (kFn == kGeluTanh) {  // 0.5·g·(1 + tanh(y)) = g · sigmoid(2y), y = sqrt(2/pi)·(g + 0.044715·g^3)
-        const float y2 = 1.5957691216057308f * fmaf(0.044715f * g, g * g, g);
-        return __fdividef(g, 1.f + __expf(-y2)) * u;
-    }
-    if constexpr (kFn == kRelu) return fmaxf(g, 0.f) * u;
-    if constexpr (kFn == kGptOss) {
+    if constexpr (kKind == GateKind::kGptOss) {
         g = fminf(g, limit);
         u = fmaxf(fminf(u, limit), -limit);
         return (u + 1.f) * x_sigmoid(g, alpha);
+    } else if constexpr (kAct == Activation::kSilu) {
+        return x_sigmoid(g, 1.f) * u;
+    } else if constexpr (kAct == Activation::kGelu) {
+        return 0.5f * g * erfcf(-0.7071067811865476f * g) * u;  // 1 + erf(x) = erfc(-x)
+    } else if constexpr (kAct == Activation::kGeluTanh) {
+        // 0.5·g·(1 + tanh(y)) = g · sigmoid(2y), y = sqrt(2/pi)·(g + 0.044715·g^3)
+        const float y2 = 1.5957691216057308f * fmaf(0.044715f * g, g * g, g);
+        return __fdividef(g, 1.f + __expf(-y2)) * u;
+    } else {
+        return fmaxf(g, 0.f) * u;  // relu
     }
 }
 
@@ -167,16 +170,16 @@ __device__ __forceinline__ void epilogue_store(const EpilogueParams& ep, const C
 // kGate: 128 output columns o0 + [0, 128) -> two boxes of 64. Concatenated: the CTA's B tile holds gate rows
 // [o0, o0 + 128) then up rows [I + o0, I + o0 + 128), so output column c pairs accumulator columns c and c + 128
 // (column blocks j and j + 16). Interleaved: accumulator columns 2c, 2c + 1 are (gate, up) of output column c.
-template <typename T, int kFn>
+template <typename T, GateKind kKind, Activation kAct>
 __device__ __forceinline__ void epilogue_gate(const EpilogueParams& ep, const CUtensorMap* map_d,
                                               const float (&acc)[128], uint8_t* staging, const T* bias_s, uint32_t& buf,
                                               const EpiThread& th, const TileExtras& x, int32_t row0, int32_t n_tile) {
     const int32_t o0 = n_tile * 128;
     const bool has_bias = ep.bias != nullptr;
-    const float al = ep.alpha, li = ep.limit, s_lo = x.s_lo, s_hi = x.s_hi;
+    const float al = ep.gate.alpha, li = ep.gate.limit, s_lo = x.s_lo, s_hi = x.s_hi;
     const int32_t q2 = 2 * static_cast<int32_t>(th.q);
     const float2 zero = make_float2(0.f, 0.f);
-    if (ep.concatenated) {
+    if (ep.gate.concatenated) {
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
             if (o0 + c * 64 >= ep.n_half) break;
@@ -189,11 +192,11 @@ __device__ __forceinline__ void epilogue_gate(const EpilogueParams& ep, const CU
                 const float2 ub = has_bias ? load_pair(bias_s + 128 + 64 * c + col) : zero;
                 const uint32_t byte = col * sizeof(T);
                 store_pair<T>(box + swizzled(th.r_lo, byte),
-                              gate_value<kFn>(acc[4 * j] + gb.x, acc[4 * ju] + ub.x, al, li) * s_lo,
-                              gate_value<kFn>(acc[4 * j + 1] + gb.y, acc[4 * ju + 1] + ub.y, al, li) * s_lo);
+                              gate_value<kKind, kAct>(acc[4 * j] + gb.x, acc[4 * ju] + ub.x, al, li) * s_lo,
+                              gate_value<kKind, kAct>(acc[4 * j + 1] + gb.y, acc[4 * ju + 1] + ub.y, al, li) * s_lo);
                 store_pair<T>(box + swizzled(th.r_lo + 8, byte),
-                              gate_value<kFn>(acc[4 * j + 2] + gb.x, acc[4 * ju + 2] + ub.x, al, li) * s_hi,
-                              gate_value<kFn>(acc[4 * j + 3] + gb.y, acc[4 * ju + 3] + ub.y, al, li) * s_hi);
+                              gate_value<kKind, kAct>(acc[4 * j + 2] + gb.x, acc[4 * ju + 2] + ub.x, al, li) * s_hi,
+                              gate_value<kKind, kAct>(acc[4 * j + 3] + gb.y, acc[4 * ju + 3] + ub.y, al, li) * s_hi);
             }
             store_box(th, map_d, box, o0 + 64 * c, row0);
             buf ^= 1;
@@ -209,9 +212,9 @@ __device__ __forceinline__ void epilogue_gate(const EpilogueParams& ep, const CU
                 const float2 bv = has_bias ? load_pair(bias_s + 8 * j + q2) : zero;
                 const uint32_t byte = (4 * b + th.q) * sizeof(T);  // output column 4b + q inside the box
                 store_one<T>(box + swizzled(th.r_lo, byte),
-                             gate_value<kFn>(acc[4 * j] + bv.x, acc[4 * j + 1] + bv.y, al, li) * s_lo);
+                             gate_value<kKind, kAct>(acc[4 * j] + bv.x, acc[4 * j + 1] + bv.y, al, li) * s_lo);
                 store_one<T>(box + swizzled(th.r_lo + 8, byte),
-                             gate_value<kFn>(acc[4 * j + 2] + bv.x, acc[4 * j + 3] + bv.y, al, li) * s_hi);
+                             gate_value<kKind, kAct>(acc[4 * j + 2] + bv.x, acc[4 * j + 3] + bv.y, al, li) * s_hi);
             }
             store_box(th, map_d, box, o0 + 64 * c, row0);
             buf ^= 1;
@@ -234,21 +237,27 @@ __device__ __forceinline__ void epilogue(const EpilogueParams& ep, const CUtenso
     } else if constexpr (kEpi == EpiKind::kStoreF32) {
         epilogue_store<T, float>(ep, map_d, acc, staging, bias_s, buf, th, x, row0, n_tile);
     } else {
-        switch (ep.gate_fn) {
-            case kSilu:
-                epilogue_gate<T, kSilu>(ep, map_d, acc, staging, bias_s, buf, th, x, row0, n_tile);
+        if (ep.gate.kind == GateKind::kGptOss) {
+            epilogue_gate<T, GateKind::kGptOss, Activation::kSilu>(ep, map_d, acc, staging, bias_s, buf, th, x, row0,
+                                                                   n_tile);
+            return;
+        }
+        switch (ep.gate.activation) {
+            case Activation::kSilu:
+                epilogue_gate<T, GateKind::kDefault, Activation::kSilu>(ep, map_d, acc, staging, bias_s, buf, th, x,
+                                                                        row0, n_tile);
                 break;
-            case kGelu:
-                epilogue_gate<T, kGelu>(ep, map_d, acc, staging, bias_s, buf, th, x, row0, n_tile);
+            case Activation::kGelu:
+                epilogue_gate<T, GateKind::kDefault, Activation::kGelu>(ep, map_d, acc, staging, bias_s, buf, th, x,
+                                                                        row0, n_tile);
                 break;
-            case kGeluTanh:
-                epilogue_gate<T, kGeluTanh>(ep, map_d, acc, staging, bias_s, buf, th, x, row0, n_tile);
+            case Activation::kGeluTanh:
+                epilogue_gate<T, GateKind::kDefault, Activation::kGeluTanh>(ep, map_d, acc, staging, bias_s, buf, th, x,
+                                                                            row0, n_tile);
                 break;
-            case kRelu:
-                epilogue_gate<T, kRelu>(ep, map_d, acc, staging, bias_s, buf, th, x, row0, n_tile);
-                break;
-            default:
-                epilogue_gate<T, kGptOss>(ep, map_d, acc, staging, bias_s, buf, th, x, row0, n_tile);
+            case Activation::kRelu:
+                epilogue_gate<T, GateKind::kDefault, Activation::kRelu>(ep, map_d, acc, staging, bias_s, buf, th, x,
+                                                                        row0, n_tile);
                 break;
         }
     }

@@ -12,7 +12,7 @@ void launch_attention(Context& ctx, const AttentionArgs& a) {
                  "attention: num_heads must be a multiple of num_kv_heads");
     MOEX_REQUIRE(a.pos0 >= 0 && a.pos0 + a.T <= a.max_len, ErrorCode::kInvalidArgument,
                  "attention: rows [pos0, pos0 + T) exceed the KV cache");
-    MOEX_REQUIRE(a.dtype == ActDType::kBF16 || a.dtype == ActDType::kF32, ErrorCode::kUnsupported,
+    MOEX_REQUIRE(a.dtype == DType::kBF16 || a.dtype == DType::kF32, ErrorCode::kUnsupported,
                  "attention: activations must be bf16 or f32");
     const AttentionKernel kernel = choose_attention_kernel(a);
     if (kernel == AttentionKernel::kDecode) return launch_attention_decode(ctx, a);

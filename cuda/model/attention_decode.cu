@@ -49,14 +49,10 @@ void decode_typed(Context::Impl& s, const AttentionArgs& a) {
 template <class T>
 void decode_dim(Context::Impl& s, const AttentionArgs& a) {
     switch (a.D) {
-        case 64:
-            return decode_typed<T, 64>(s, a);
-        case 128:
-            return decode_typed<T, 128>(s, a);
-        case 256:
-            return decode_typed<T, 256>(s, a);
-        default:
-            fail(ErrorCode::kUnsupported, "decode attention: head_dim must be 64, 128 or 256");
+        case 64: return decode_typed<T, 64>(s, a);
+        case 128: return decode_typed<T, 128>(s, a);
+        case 256: return decode_typed<T, 256>(s, a);
+        default: fail(ErrorCode::kUnsupported, "decode attention: head_dim must be 64, 128 or 256");
     }
 }
 
@@ -65,7 +61,7 @@ void decode_dim(Context::Impl& s, const AttentionArgs& a) {
 void launch_attention_decode(Context& ctx, const AttentionArgs& a) {
     MOEX_REQUIRE(a.T * (a.nq / a.nkv) <= decode::kMaxRows, ErrorCode::kInvalidArgument,
                  "decode attention: more than 16 query rows per kv head");
-    if (a.dtype == ActDType::kBF16) return decode_dim<__nv_bfloat16>(ctx.impl(), a);
+    if (a.dtype == DType::kBF16) return decode_dim<__nv_bfloat16>(ctx.impl(), a);
     decode_dim<float>(ctx.impl(), a);
 }
 

@@ -7,7 +7,7 @@
 namespace moex::cuda::model {
 
 void launch_attention_flash(const AttentionArgs& a, cudaStream_t stream) {
-    MOEX_REQUIRE(a.dtype == ActDType::kBF16 && a.D == flash::kD, ErrorCode::kInvalidArgument,
+    MOEX_REQUIRE(a.dtype == DType::kBF16 && a.D == flash::kD, ErrorCode::kInvalidArgument,
                  "flash attention: bf16 with head_dim 128 only");
     flash::FlashParams p{};
     p.q = static_cast<const __nv_bfloat16*>(a.q);

@@ -14,7 +14,7 @@ void launch_attention_generic(const AttentionArgs& a, cudaStream_t stream) {
     p.nq = a.nq, p.D = int32_t(a.D), p.G = int32_t(a.nq / a.nkv), p.scale_log2 = a.scale * 1.4426950408889634f;
     const int64_t blocks = ceil_div(a.T * a.nq, generic::kWarps);
     const size_t smem = size_t(generic::kWarps) * size_t(a.D) * sizeof(float);
-    if (a.dtype == ActDType::kBF16) {
+    if (a.dtype == DType::kBF16) {
         generic::attention_generic_kernel<__nv_bfloat16><<<unsigned(blocks), generic::kWarps * 32, smem, stream>>>(p);
     } else {
         generic::attention_generic_kernel<float><<<unsigned(blocks), generic::kWarps * 32, smem, stream>>>(p);

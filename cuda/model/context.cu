@@ -34,7 +34,7 @@ Context::Context(int device, void* stream) : impl_(std::make_unique<Impl>()) {
     s.device = device;
     s.stream = as_stream(stream);
     CUDA_CHECK(cudaSetDevice(device));
-    s.sm_count = current_device_info().sm_count;
+    s.sm_count = device_state().sm_count;
     void* host = nullptr;
     CUDA_CHECK(cudaMallocHost(&host, 64));
     s.host_word = static_cast<int64_t*>(host);

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "cuda/common/align.h"
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
 #include "cuda/model/context.h"
@@ -20,15 +21,13 @@ int copy_unit(int64_t a, int64_t b, int64_t c, int64_t d) {
     return all % 16 == 0 ? 16 : all % 4 == 0 ? 4 : 2;
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 template <class T, Eltwise OP>
 void eltwise_typed(const EltwiseArgs& a, cudaStream_t stream, int sm_count) {
     constexpr int V = kVec16<T>;
     const int64_t es = sizeof(T);
-    bool vec =
-        a.W % V == 0 && aligned16(a.a) && aligned16(a.out) && (a.ld_a * es) % 16 == 0 && (a.ld_out * es) % 16 == 0;
-    if (OP == Eltwise::kAdd) vec = vec && aligned16(a.b) && (a.ld_b * es) % 16 == 0;
+    bool vec = a.W % V == 0 && is_aligned16(a.a) && is_aligned16(a.out) && (a.ld_a * es) % 16 == 0 &&
+               (a.ld_out * es) % 16 == 0;
+    if (OP == Eltwise::kAdd) vec = vec && is_aligned16(a.b) && (a.ld_b * es) % 16 == 0;
     const int per = vec ? V : 1;
     const int64_t xblocks = std::max<int64_t>(1, ceil_div(a.W, int64_t(kThreads) * per));
     const int64_t yblocks = std::min<int64_t>(a.T, std::max<int64_t>(1, int64_t(sm_count) * 16 / xblocks));
@@ -44,14 +43,10 @@ void eltwise_typed(const EltwiseArgs& a, cudaStream_t stream, int sm_count) {
 template <class T>
 void eltwise_dispatch(const EltwiseArgs& a, cudaStream_t stream, int sm_count) {
     switch (a.op) {
-        case Eltwise::kAdd:
-            return eltwise_typed<T, Eltwise::kAdd>(a, stream, sm_count);
-        case Eltwise::kClamp:
-            return eltwise_typed<T, Eltwise::kClamp>(a, stream, sm_count);
-        case Eltwise::kGatedAct:
-            return eltwise_typed<T, Eltwise::kGatedAct>(a, stream, sm_count);
-        case Eltwise::kSigmoidGateAdd:
-            return eltwise_typed<T, Eltwise::kSigmoidGateAdd>(a, stream, sm_count);
+        case Eltwise::kAdd: return eltwise_typed<T, Eltwise::kAdd>(a, stream, sm_count);
+        case Eltwise::kClamp: return eltwise_typed<T, Eltwise::kClamp>(a, stream, sm_count);
+        case Eltwise::kGatedAct: return eltwise_typed<T, Eltwise::kGatedAct>(a, stream, sm_count);
+        case Eltwise::kSigmoidGateAdd: return eltwise_typed<T, Eltwise::kSigmoidGateAdd>(a, stream, sm_count);
     }
 }
 
@@ -60,7 +55,7 @@ void eltwise_dispatch(const EltwiseArgs& a, cudaStream_t stream, int sm_count) {
 void launch_embed(Context& ctx, const EmbedArgs& a) {
     if (a.T == 0 || a.H == 0) return;
     Context::Impl& s = ctx.impl();
-    const int64_t es = act_bytes(a.dtype);
+    const int64_t es = dtype_size(a.dtype);
     EmbedParams p{};
     p.table = static_cast<const char*>(a.table);
     p.out = static_cast<char*>(a.out);
@@ -90,14 +85,14 @@ void launch_embed(Context& ctx, const EmbedArgs& a) {
 void launch_eltwise(Context& ctx, const EltwiseArgs& a) {
     if (a.T == 0 || a.W == 0) return;
     const Context::Impl& s = ctx.impl();
-    if (a.dtype == ActDType::kBF16) return eltwise_dispatch<__nv_bfloat16>(a, s.stream, s.sm_count);
-    MOEX_REQUIRE(a.dtype == ActDType::kF32, ErrorCode::kUnsupported, "model ops: activations must be bf16 or f32");
+    if (a.dtype == DType::kBF16) return eltwise_dispatch<__nv_bfloat16>(a, s.stream, s.sm_count);
+    MOEX_REQUIRE(a.dtype == DType::kF32, ErrorCode::kUnsupported, "model ops: activations must be bf16 or f32");
     eltwise_dispatch<float>(a, s.stream, s.sm_count);
 }
 
 void launch_kv_write(const KvWriteArgs& a, cudaStream_t stream) {
     if (a.T == 0 || a.width == 0) return;
-    const int64_t es = act_bytes(a.dtype);
+    const int64_t es = dtype_size(a.dtype);
     KvWriteParams p{};
     p.k = static_cast<const char*>(a.k), p.v = static_cast<const char*>(a.v);
     p.k_cache = static_cast<char*>(a.k_cache), p.v_cache = static_cast<char*>(a.v_cache);
@@ -120,7 +115,7 @@ void launch_kv_write(const KvWriteArgs& a, cudaStream_t stream) {
 void launch_bias_epilogue(const BiasEpilogueArgs& a, cudaStream_t stream) {
     if (a.T == 0 || a.N == 0) return;
     const dim3 grid(unsigned(std::min<int64_t>(ceil_div(a.N, kThreads), 1024)), rows_grid(a.T));
-    if (a.dtype == ActDType::kBF16) {
+    if (a.dtype == DType::kBF16) {
         if (a.out_f32) {
             bias_epilogue_kernel<float, __nv_bfloat16><<<grid, kThreads, 0, stream>>>(a);
         } else {

@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemv_kernel(const __gr
 #pragma unroll
             for (int u = 0; u < kUnroll; ++u) {
                 const int64_t c = c0 + 32 * u;
-                wv[u] = c < chunks ? load_stream16(wrow + c) : make_uint4(0, 0, 0, 0);
+                wv[u] = c < chunks ? ld_stream16(wrow + c) : make_uint4(0, 0, 0, 0);
             }
 #pragma unroll
             for (int u = 0; u < kUnroll; ++u) {

@@ -17,7 +17,7 @@ struct KvWriteArgs {
     void* k_cache;  // (max_len, width)
     void* v_cache;  // (max_len, width)
     int64_t T, pos0, width, ld_k, ld_v;
-    ActDType dtype;
+    DType dtype;
 };
 void launch_kv_write(const KvWriteArgs& a, cudaStream_t stream);
 
@@ -27,7 +27,7 @@ struct BiasEpilogueArgs {
     const void* bias;  // (N) dtype
     void* out;         // (T, N) row-strided, dtype or f32
     int64_t T, N, ld_out;
-    ActDType dtype;
+    DType dtype;
     bool out_f32;
 };
 void launch_bias_epilogue(const BiasEpilogueArgs& a, cudaStream_t stream);

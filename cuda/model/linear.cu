@@ -9,18 +9,11 @@
 #include <string>
 
 #include "cuda/common/check.h"
+#include "cuda/common/cublas.h"
 #include "cuda/common/device.h"
 #include "cuda/model/context.h"
 #include "cuda/model/gemv.cuh"
 #include "cuda/model/internal.h"
-
-#define LT_CHECK(call)                                                                                      \
-    do {                                                                                                    \
-        const cublasStatus_t st_ = (call);                                                                  \
-        if (st_ != CUBLAS_STATUS_SUCCESS)                                                                   \
-            ::moex::fail(::moex::ErrorCode::kCuda, std::string(__FILE__) + ":" + std::to_string(__LINE__) + \
-                                                       ": " #call ": " + cublasLtGetStatusString(st_));     \
-    } while (0)
 
 namespace moex::cuda::model {
 
@@ -53,7 +46,7 @@ int64_t alignment(const void* p) {
     return a;
 }
 
-cudaDataType_t data_type(ActDType d) { return d == ActDType::kBF16 ? CUDA_R_16BF : CUDA_R_32F; }
+cudaDataType_t data_type(DType d) { return d == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F; }
 
 }  // namespace
 
@@ -67,7 +60,7 @@ LtState* lt_create(int device) {
     auto* s = new LtState();
     try {
         CUDA_CHECK(cudaSetDevice(device));
-        LT_CHECK(cublasLtCreate(&s->handle));
+        CUBLAS_CHECK(cublasLtCreate(&s->handle));
         CUDA_CHECK(cudaMalloc(&s->workspace, kWorkspaceBytes));
     } catch (...) {
         lt_destroy(s);
@@ -90,24 +83,25 @@ namespace {
 // Returns false when no algorithm exists (the bias epilogue for this type combination, typically).
 bool build_plan(LtState& s, const PlanKey& key, bool with_bias, Plan& p) {
     const int64_t T = key[0], N = key[1], K = key[2], ld_x = key[3], ld_out = key[4];
-    const auto dt = static_cast<ActDType>(key[5]);
+    const auto dt = static_cast<DType>(key[5]);
     const bool out_f32 = key[6] != 0;
     const cudaDataType_t in_t = data_type(dt), out_t = out_f32 ? CUDA_R_32F : in_t;
-    LT_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
-    LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof(opT)));
-    LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof(opN)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof(opT)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof(opN)));
     if (with_bias) {
         const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
         const int32_t bias_t = int32_t(in_t);
-        LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-        LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof(bias_t)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+        CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof(bias_t)));
     }
-    LT_CHECK(cublasLtMatrixLayoutCreate(&p.a, in_t, uint64_t(K), uint64_t(N), K));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&p.b, in_t, uint64_t(K), uint64_t(T), ld_x));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&p.c, out_t, uint64_t(N), uint64_t(T), ld_out));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, in_t, uint64_t(K), uint64_t(N), K));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, in_t, uint64_t(K), uint64_t(T), ld_x));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, out_t, uint64_t(N), uint64_t(T), ld_out));
     cublasLtMatmulPreference_t pref = nullptr;
-    LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t ws = kWorkspaceBytes;
     const uint32_t al_w = uint32_t(key[8]), al_x = uint32_t(key[9]), al_o = uint32_t(key[10]);
     cublasStatus_t st =
@@ -159,10 +153,10 @@ PlanKey key_of(const LinearArgs& a, bool bias, bool out_f32, int64_t ld_out, con
 
 void run_plan(LtState& s, const Plan& p, const LinearArgs& a, const void* bias, void* out, cudaStream_t stream) {
     if (p.fused_bias)
-        LT_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     const float one = 1.0f, zero = 0.0f;
-    LT_CHECK(cublasLtMatmul(s.handle, p.desc, &one, a.w, p.a, a.x, p.b, &zero, out, p.c, out, p.c, &p.algo, s.workspace,
-                            kWorkspaceBytes, stream));
+    CUBLAS_CHECK(cublasLtMatmul(s.handle, p.desc, &one, a.w, p.a, a.x, p.b, &zero, out, p.c, out, p.c, &p.algo,
+                                s.workspace, kWorkspaceBytes, stream));
 }
 
 template <class TIn, class TOut>
@@ -184,11 +178,11 @@ void gemv_typed(const LinearArgs& a, cudaStream_t stream, int sm_count) {
 
 void launch_linear(Context& ctx, const LinearArgs& a) {
     if (a.T == 0 || a.N == 0) return;
-    MOEX_REQUIRE(a.dtype == ActDType::kBF16 || a.dtype == ActDType::kF32, ErrorCode::kUnsupported,
+    MOEX_REQUIRE(a.dtype == DType::kBF16 || a.dtype == DType::kF32, ErrorCode::kUnsupported,
                  "linear: activations must be bf16 or f32");
     Context::Impl& s = ctx.impl();
     if (a.K == 0 || choose_linear_kernel(a) == LinearKernel::kGemv) {
-        if (a.dtype == ActDType::kF32) return gemv_typed<float, float>(a, s.stream, s.sm_count);
+        if (a.dtype == DType::kF32) return gemv_typed<float, float>(a, s.stream, s.sm_count);
         if (a.out_f32) return gemv_typed<__nv_bfloat16, float>(a, s.stream, s.sm_count);
         return gemv_typed<__nv_bfloat16, __nv_bfloat16>(a, s.stream, s.sm_count);
     }

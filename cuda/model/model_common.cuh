@@ -1,5 +1,5 @@
 // Device helpers shared by the model kernels: warp reductions, 16-byte vector loads/stores of bf16 or f32 through
-// float, rounding to the activation dtype, and the streaming load used for weights that are read exactly once.
+// float, and rounding to the activation dtype (the streaming load for weights read once is cuda/common/ptx.cuh).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "cuda/common/numeric.cuh"
+#include "cuda/common/ptx.cuh"
 
 namespace moex::cuda::model {
 
@@ -79,15 +80,6 @@ __device__ __forceinline__ void load16(const T* p, float* f) {
 template <class T>
 __device__ __forceinline__ void store16(T* p, const float* f) {
     *reinterpret_cast<uint4*>(p) = pack16<T>(f);
-}
-
-// Weights are read once per call: bypass L1 so they do not evict the activations every warp re-reads.
-__device__ __forceinline__ uint4 load_stream16(const void* p) {
-    uint4 r;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-        : "l"(p));
-    return r;
 }
 
 }  // namespace moex::cuda::model

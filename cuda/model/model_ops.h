@@ -1,13 +1,15 @@
-// Launchers of the model runtime's dense ops on CUDA (src/model/ops/cuda_ops.cpp is the caller): a Context that owns the
-// per-Ops device state, one plain Args struct per launcher (no TensorView, no CUDA types), and the pure kernel-choice
-// functions (inline, so host tests use them without nvcc). Activations are bf16 or f32; every launcher throws
-// moex::Error(kCuda) when a CUDA call fails. Row strides (ld_*) are in elements; columns are always unit-stride.
+// Launchers of the model runtime's dense ops on CUDA (src/model/ops/cuda_ops.cpp is the caller): a Context that owns
+// the per-Ops device state, one plain Args struct per launcher (no TensorView, no CUDA types), and the pure
+// kernel-choice functions (inline, so host tests use them without nvcc). Activations are bf16 or f32; every launcher
+// throws moex::Error(kCuda) when a CUDA call fails. Row strides (ld_*) are in elements; columns are always unit-stride.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 
-#include "cuda/launch.h"
+#include "cuda/common/align.h"
+#include "moex/activation.h"
+#include "moex/dtype.h"
 
 namespace moex::cuda::model {
 
@@ -33,32 +35,30 @@ class Context {
     std::unique_ptr<Impl> impl_;
 };
 
-inline int64_t act_bytes(ActDType t) { return t == ActDType::kF32 ? 4 : 2; }
-
 // ---- embedding -----------------------------------------------------------------------------------------------------
 struct EmbedArgs {
     const int32_t* ids;  // (T) HOST, each < V
     const void* table;   // (V, H)
     void* out;           // (T, H) row-strided
     int64_t T, H, ld_out;
-    ActDType dtype;
+    DType dtype;
 };
 void launch_embed(Context& ctx, const EmbedArgs& a);
 
-// ---- RMSNorm: out = w * round(x * rsqrt(mean(x^2) + eps)) over groups of `group` columns
-// ------------------------------
+// ---- RMSNorm over groups of `group` columns -------------------------------------------------------------------------
+// out = w * round(x * rsqrt(mean(x^2) + eps))
 struct RmsNormArgs {
     const void* x;  // (T, width) row-strided, width = n * group
     const void* w;  // (group)
     void* out;      // (T, width) row-strided; may be x
     int64_t T, width, group, ld_x, ld_out;
     float eps;
-    ActDType dtype;
+    DType dtype;
 };
 void launch_rms_norm(Context& ctx, const RmsNormArgs& a);
 
-// ---- residual add + RMSNorm of the sum, one launch: sum = a + b; out = rms_norm(sum) over the whole row
-// ----------------
+// ---- residual add + RMSNorm of the sum, one launch ------------------------------------------------------------------
+// sum = a + b; out = rms_norm(sum) over the whole row
 struct AddRmsNormArgs {
     const void* a;  // (T, W) row-strided
     const void* b;  // (T, W) row-strided
@@ -67,7 +67,7 @@ struct AddRmsNormArgs {
     void* out;      // (T, W) row-strided
     int64_t T, W, ld_a, ld_b, ld_sum, ld_out;
     float eps;
-    ActDType dtype;
+    DType dtype;
 };
 void launch_add_rms_norm(Context& ctx, const AddRmsNormArgs& a);
 
@@ -87,7 +87,7 @@ struct HeadNormRopeArgs {
     int32_t rotary_dim;
     float attention_scaling;
     const float* inv_freq;  // (rotary_dim / 2) HOST; copied into the launch
-    ActDType dtype;
+    DType dtype;
 };
 void launch_head_norm_rope(Context& ctx, const HeadNormRopeArgs& a);
 
@@ -98,7 +98,7 @@ struct LinearArgs {
     const void* bias;  // (N) dtype, or nullptr
     void* out;         // (T, N) row-strided, dtype or f32 (out_f32)
     int64_t T, N, K, ld_x, ld_out;
-    ActDType dtype;
+    DType dtype;
     bool out_f32;
 };
 void launch_linear(Context& ctx, const LinearArgs& a);
@@ -108,10 +108,9 @@ inline constexpr int64_t kGemvMaxRows = 4;
 // The warp-per-output-row GEMV streams the weights with 16-byte loads (decode, lm_head); it needs 16-byte aligned
 // rows of x and w. Everything else goes to cuBLASLt.
 inline LinearKernel choose_linear_kernel(const LinearArgs& a) {
-    const int64_t es = act_bytes(a.dtype);
-    const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    const int64_t es = dtype_size(a.dtype);
     const bool ok = a.T >= 1 && a.T <= kGemvMaxRows && (a.K * es) % 16 == 0 && (a.ld_x * es) % 16 == 0 &&
-                    aligned(a.x) && aligned(a.w);
+                    is_aligned16(a.x) && is_aligned16(a.w);
     return ok ? LinearKernel::kGemv : LinearKernel::kCublasLt;
 }
 
@@ -127,7 +126,7 @@ struct AttentionArgs {
     int64_t T, pos0, max_len, nq, nkv, D;
     int64_t window;  // 0 = full causal; else keys j > pos - window
     float scale;
-    ActDType dtype;
+    DType dtype;
 };
 void launch_attention(Context& ctx, const AttentionArgs& a);
 
@@ -138,13 +137,13 @@ enum class AttentionKernel {
 };
 inline constexpr int64_t kDecodeMaxRows = 16;  // T * (nq / nkv) query rows per kv head in the decode kernel
 inline AttentionKernel choose_attention_kernel(const AttentionArgs& a) {
-    const int64_t es = act_bytes(a.dtype), G = a.nkv > 0 ? a.nq / a.nkv : 0;
-    const auto al = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    const bool vec = al(a.q) && al(a.k) && al(a.v) && al(a.k_cache) && al(a.v_cache) && al(a.out) &&
-                     (a.D * es) % 16 == 0 && (a.ld_q * es) % 16 == 0 && (a.ld_k * es) % 16 == 0 &&
-                     (a.ld_v * es) % 16 == 0 && (a.ld_out * es) % 16 == 0;
+    const int64_t es = dtype_size(a.dtype), G = a.nkv > 0 ? a.nq / a.nkv : 0;
+    const bool vec = is_aligned16(a.q) && is_aligned16(a.k) && is_aligned16(a.v) && is_aligned16(a.k_cache) &&
+                     is_aligned16(a.v_cache) && is_aligned16(a.out) && (a.D * es) % 16 == 0 &&
+                     (a.ld_q * es) % 16 == 0 && (a.ld_k * es) % 16 == 0 && (a.ld_v * es) % 16 == 0 &&
+                     (a.ld_out * es) % 16 == 0;
     if (vec && (a.D == 64 || a.D == 128 || a.D == 256) && a.T * G <= kDecodeMaxRows) return AttentionKernel::kDecode;
-    if (vec && a.dtype == ActDType::kBF16 && a.D == 128) return AttentionKernel::kFlash;
+    if (vec && a.dtype == DType::kBF16 && a.D == 128) return AttentionKernel::kFlash;
     return AttentionKernel::kGeneric;
 }
 
@@ -176,27 +175,27 @@ struct EltwiseArgs {
     const void* b;  // kAdd: (T, W); kSigmoidGateAdd: (T, 1); else nullptr
     void* out;      // (T, W)
     int64_t T, W, ld_a, ld_b, ld_out;
-    float limit;         // kClamp
-    int32_t activation;  // kGatedAct: moex::Activation (0 silu, 1 gelu erf, 2 gelu tanh, 3 relu)
-    ActDType dtype;
+    float limit;            // kClamp
+    Activation activation;  // kGatedAct
+    DType dtype;
 };
 void launch_eltwise(Context& ctx, const EltwiseArgs& a);
 
-// ---- router: softmax (f32) over E logits, top-k (lower index on ties), optional renormalisation
-// ----------------------
+// ---- router: softmax (f32) over E logits, top-k ---------------------------------------------------------------------
+// Lower index first on ties; optional renormalisation of the k weights.
 struct RouterTopkArgs {
     const void* logits;  // (T, E) row-strided, logits_dtype
     int32_t* ids;        // (T, k) contiguous
     void* weights;       // (T, k) contiguous, weights_dtype
     int64_t T, E, k, ld_logits;
     bool normalize;
-    ActDType logits_dtype, weights_dtype;
+    DType logits_dtype, weights_dtype;
 };
 void launch_router_topk(Context& ctx, const RouterTopkArgs& a);
 
 // ---- host-returning ops (they synchronise the stream) ------------------------------------------------------------
 // Index of the largest of n values (lowest index on ties; NaN never wins; 0 when every value is NaN).
-int64_t argmax_to_host(Context& ctx, const void* x, int64_t n, ActDType dtype);
+int64_t argmax_to_host(Context& ctx, const void* x, int64_t n, DType dtype);
 void copy_to_host_sync(Context& ctx, const void* src, int64_t bytes, void* host);
 
 }  // namespace moex::cuda::model

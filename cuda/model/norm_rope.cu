@@ -1,6 +1,7 @@
 // Launchers of norm_rope.cuh: RMSNorm over row groups, and the fused per-head q/k norm + rotary embedding.
 #include <algorithm>
 
+#include "cuda/common/align.h"
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
 #include "cuda/model/context.h"
@@ -13,9 +14,8 @@ template <class T>
 void rms_norm_typed(const RmsNormArgs& a, cudaStream_t stream) {
     constexpr int V = kVec16<T>;
     const int64_t es = sizeof(T);
-    const auto al = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    const bool vec =
-        a.group % V == 0 && al(a.x) && al(a.w) && al(a.out) && (a.ld_x * es) % 16 == 0 && (a.ld_out * es) % 16 == 0;
+    const bool vec = a.group % V == 0 && is_aligned16(a.x) && is_aligned16(a.w) && is_aligned16(a.out) &&
+                     (a.ld_x * es) % 16 == 0 && (a.ld_out * es) % 16 == 0;
     const int per = vec ? V : 1;
     // One CTA per group, one element vector per thread where the group allows (2048 bf16 -> 256 threads).
     const int threads = int(std::clamp<int64_t>(round_up(ceil_div(a.group, per), 32), 32, 512));
@@ -33,8 +33,8 @@ template <class T>
 void add_rms_norm_typed(const AddRmsNormArgs& a, cudaStream_t stream) {
     constexpr int V = kVec16<T>;
     const int64_t es = sizeof(T);
-    const auto al = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    const bool vec = a.W % V == 0 && al(a.a) && al(a.b) && al(a.sum) && al(a.w) && al(a.out) &&
+    const bool vec = a.W % V == 0 && is_aligned16(a.a) && is_aligned16(a.b) && is_aligned16(a.sum) &&
+                     is_aligned16(a.w) && is_aligned16(a.out) &&
                      ((a.ld_a | a.ld_b | a.ld_sum | a.ld_out) * es) % 16 == 0;
     const int per = vec ? V : 1;
     const int threads = int(std::clamp<int64_t>(round_up(ceil_div(a.W, per), 32), 32, 512));
@@ -52,8 +52,8 @@ void add_rms_norm_typed(const AddRmsNormArgs& a, cudaStream_t stream) {
 void launch_add_rms_norm(Context& ctx, const AddRmsNormArgs& a) {
     if (a.T == 0 || a.W == 0) return;
     cudaStream_t stream = ctx.impl().stream;
-    if (a.dtype == ActDType::kBF16) return add_rms_norm_typed<__nv_bfloat16>(a, stream);
-    MOEX_REQUIRE(a.dtype == ActDType::kF32, ErrorCode::kUnsupported, "add + rms_norm: activations must be bf16 or f32");
+    if (a.dtype == DType::kBF16) return add_rms_norm_typed<__nv_bfloat16>(a, stream);
+    MOEX_REQUIRE(a.dtype == DType::kF32, ErrorCode::kUnsupported, "add + rms_norm: activations must be bf16 or f32");
     add_rms_norm_typed<float>(a, stream);
 }
 
@@ -62,8 +62,8 @@ void launch_rms_norm(Context& ctx, const RmsNormArgs& a) {
     MOEX_REQUIRE(a.group > 0 && a.width % a.group == 0, ErrorCode::kInvalidArgument,
                  "rms_norm: the row width is not a multiple of the weight size");
     cudaStream_t stream = ctx.impl().stream;
-    if (a.dtype == ActDType::kBF16) return rms_norm_typed<__nv_bfloat16>(a, stream);
-    MOEX_REQUIRE(a.dtype == ActDType::kF32, ErrorCode::kUnsupported, "rms_norm: activations must be bf16 or f32");
+    if (a.dtype == DType::kBF16) return rms_norm_typed<__nv_bfloat16>(a, stream);
+    MOEX_REQUIRE(a.dtype == DType::kF32, ErrorCode::kUnsupported, "rms_norm: activations must be bf16 or f32");
     rms_norm_typed<float>(a, stream);
 }
 
@@ -87,10 +87,10 @@ void launch_head_norm_rope(Context& ctx, const HeadNormRopeArgs& a) {
     const size_t smem = size_t(a.rotary_dim + int64_t(warps) * a.head_dim) * sizeof(float);
     const dim3 grid(unsigned(ceil_div(a.heads, warps)), unsigned(std::min<int64_t>(a.T, 65535)));
     cudaStream_t stream = ctx.impl().stream;
-    if (a.dtype == ActDType::kBF16) {
+    if (a.dtype == DType::kBF16) {
         norm::head_norm_rope_kernel<__nv_bfloat16><<<grid, 32 * warps, smem, stream>>>(p);
     } else {
-        MOEX_REQUIRE(a.dtype == ActDType::kF32, ErrorCode::kUnsupported, "rope: activations must be bf16 or f32");
+        MOEX_REQUIRE(a.dtype == DType::kF32, ErrorCode::kUnsupported, "rope: activations must be bf16 or f32");
         norm::head_norm_rope_kernel<float><<<grid, 32 * warps, smem, stream>>>(p);
     }
     MOEX_LAUNCH_CHECK();

@@ -13,7 +13,7 @@ template <class TL>
 void router_typed(const RouterTopkArgs& a, cudaStream_t stream, int sm_count) {
     const size_t smem = size_t(router::kWarps) * size_t(a.E + a.k) * sizeof(float);
     const unsigned grid = unsigned(std::min<int64_t>(ceil_div(a.T, router::kWarps), int64_t(sm_count) * 16));
-    if (a.weights_dtype == ActDType::kBF16) {
+    if (a.weights_dtype == DType::kBF16) {
         router::router_topk_kernel<TL, __nv_bfloat16><<<grid, router::kWarps * 32, smem, stream>>>(a);
     } else {
         router::router_topk_kernel<TL, float><<<grid, router::kWarps * 32, smem, stream>>>(a);
@@ -29,11 +29,11 @@ void launch_router_topk(Context& ctx, const RouterTopkArgs& a) {
     MOEX_REQUIRE(router::kWarps * (a.E + a.k) * int64_t(sizeof(float)) <= 48 * 1024, ErrorCode::kUnsupported,
                  "router_topk: more than 3072 experts");
     const Context::Impl& s = ctx.impl();
-    if (a.logits_dtype == ActDType::kBF16) return router_typed<__nv_bfloat16>(a, s.stream, s.sm_count);
+    if (a.logits_dtype == DType::kBF16) return router_typed<__nv_bfloat16>(a, s.stream, s.sm_count);
     router_typed<float>(a, s.stream, s.sm_count);
 }
 
-int64_t argmax_to_host(Context& ctx, const void* x, int64_t n, ActDType dtype) {
+int64_t argmax_to_host(Context& ctx, const void* x, int64_t n, DType dtype) {
     MOEX_REQUIRE(n >= 1 && n < (int64_t(1) << 31), ErrorCode::kInvalidArgument, "argmax: row length out of range");
     Context::Impl& s = ctx.impl();
     const int blocks = int(std::clamp<int64_t>(ceil_div(n, router::kArgmaxThreads), 1, int64_t(s.sm_count) * 2));
@@ -44,7 +44,7 @@ int64_t argmax_to_host(Context& ctx, const void* x, int64_t n, ActDType dtype) {
     p.part_i = reinterpret_cast<int32_t*>(part + size_t(blocks) * 4);
     p.result = reinterpret_cast<int32_t*>(part + size_t(blocks) * 8);
     p.counter = static_cast<int32_t*>(s.ensure(s.argmax_counter, sizeof(int32_t), true));
-    if (dtype == ActDType::kBF16) {
+    if (dtype == DType::kBF16) {
         router::argmax_kernel<__nv_bfloat16><<<blocks, router::kArgmaxThreads, 0, s.stream>>>(p);
     } else {
         router::argmax_kernel<float><<<blocks, router::kArgmaxThreads, 0, s.stream>>>(p);

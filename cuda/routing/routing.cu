@@ -1,5 +1,6 @@
 // Launchers of the routing kernels: one fused CTA when S <= 4096 (decode: a single launch), else count / scan /
 // place over 4096-slot chunks; and the row gather into the padded A buffer.
+#include "cuda/common/align.h"
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
 #include "cuda/routing/routing.cuh"
@@ -10,6 +11,47 @@ using routing::kChunkSlots;
 using routing::kFusedMaxSlots;
 
 int64_t routing_scratch_ints(int64_t S, int64_t E) { return E * std::max<int64_t>(1, ceil_div(S, kChunkSlots)); }
+
+RoutingBuffers reserve_routing(Workspace& ws, int64_t S, int64_t E, int32_t align, int32_t tile_rows, bool tile_ranges,
+                               int32_t n_zero) {
+    RoutingBuffers b{};
+    b.S = S, b.E = E, b.align = align, b.tile_rows = tile_rows, b.n_zero = n_zero, b.tile_ranges = tile_ranges;
+    b.rows_bound = routing_rows_bound(S, E, align);
+    b.tiles_bound = routing_tiles_bound(S, E, align, tile_rows);
+    b.count = ws.reserve_n<int32_t>(E);
+    b.row_start = ws.reserve_n<int32_t>(E + 1);
+    b.tile_expert = ws.reserve_n<int32_t>(b.tiles_bound);
+    b.tile_row0 = tile_ranges ? ws.reserve_n<int32_t>(b.tiles_bound) : 0;
+    b.tile_nrows = tile_ranges ? ws.reserve_n<int32_t>(b.tiles_bound) : 0;
+    b.num_tiles = ws.reserve_n<int32_t>(1);
+    b.slot_row = ws.reserve_n<int32_t>(S);
+    b.row_slot = ws.reserve_n<int32_t>(b.rows_bound);
+    b.scratch = ws.reserve_n<int32_t>(routing_scratch_ints(S, E));
+    b.zero = n_zero > 0 ? ws.reserve_n<int32_t>(n_zero) : 0;
+    return b;
+}
+
+RoutingArgs RoutingBuffers::args(const Workspace& ws, const void* ids, bool ids_i64) const {
+    return RoutingArgs{
+        .ids = ids,
+        .ids_i64 = ids_i64,
+        .S = S,
+        .E = E,
+        .align = align,
+        .tile_rows = tile_rows,
+        .expert_count = ws.at<int32_t>(count),
+        .expert_row_start = ws.at<int32_t>(row_start),
+        .tile_expert = ws.at<int32_t>(tile_expert),
+        .tile_row0 = tile_ranges ? ws.at<int32_t>(tile_row0) : nullptr,
+        .tile_nrows = tile_ranges ? ws.at<int32_t>(tile_nrows) : nullptr,
+        .num_tiles = ws.at<int32_t>(num_tiles),
+        .slot_row = ws.at<int32_t>(slot_row),
+        .row_slot = ws.at<int32_t>(row_slot),
+        .zero = n_zero > 0 ? ws.at<int32_t>(zero) : nullptr,
+        .n_zero = n_zero,
+        .scratch = ws.at<int32_t>(scratch),
+    };
+}
 
 void launch_routing(const RoutingArgs& a, cudaStream_t stream) {
     MOEX_REQUIRE(a.S > 0 && a.S < (int64_t(1) << 30) && a.E > 0 && a.E < (int64_t(1) << 24), ErrorCode::kUnsupported,
@@ -36,12 +78,11 @@ void launch_routing(const RoutingArgs& a, cudaStream_t stream) {
 }
 
 void launch_gather_rows(const GatherArgs& g, cudaStream_t stream) {
-    const int esize = g.dtype == ActDType::kF32 ? 4 : 2;
+    const int64_t esize = dtype_size(g.dtype);
     const int64_t row_bytes = g.H * esize;
-    const bool vec =
-        row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(g.x) % 16 == 0 && reinterpret_cast<uintptr_t>(g.A) % 16 == 0;
+    const bool vec = row_bytes % 16 == 0 && is_aligned16(g.x) && is_aligned16(g.A);
     const int64_t warps_needed = g.rows_bound;
-    const int64_t max_blocks = int64_t(current_device_info().sm_count) * 8;
+    const int64_t max_blocks = int64_t(device_state().sm_count) * 8;
     const int blocks = int(std::max<int64_t>(1, std::min(ceil_div(warps_needed, 8), max_blocks)));
     if (vec) {
         routing::gather_rows_kernel<true><<<blocks, 256, 0, stream>>>(g, row_bytes);

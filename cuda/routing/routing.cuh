@@ -220,7 +220,7 @@ __global__ void __launch_bounds__(256) gather_rows_kernel(const __grid_constant_
                 reinterpret_cast<uint16_t*>(dst)[i] = src ? reinterpret_cast<const uint16_t*>(src)[i] : uint16_t(0);
         }
         if (lane == 0 && g.row_scale != nullptr)
-            g.row_scale[r] = s >= 0 ? load_weight(g.topk_weights, g.weights_f32, int(g.dtype), s) : 0.0f;
+            g.row_scale[r] = s >= 0 ? load_weight(g.topk_weights, g.weights_f32, g.dtype, s) : 0.0f;
     }
 }
 

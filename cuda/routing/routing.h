@@ -7,7 +7,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cuda/launch.h"
+#include "cuda/common/device.h"
+#include "moex/dtype.h"
 
 namespace moex::cuda {
 
@@ -45,6 +46,21 @@ struct RoutingArgs {
 };
 void launch_routing(const RoutingArgs& args, cudaStream_t stream);
 
+// The routing buffers of one experts call inside the call's Workspace: reserve_routing before ws.allocate(), args()
+// after it. Every size is a host bound (rows_bound, tiles_bound), so nothing is read back.
+struct RoutingBuffers {
+    int64_t S, E, rows_bound, tiles_bound;
+    int32_t align, tile_rows, n_zero;
+    bool tile_ranges;
+    size_t count, row_start, tile_expert, tile_row0, tile_nrows, num_tiles, slot_row, row_slot, scratch, zero;
+
+    RoutingArgs args(const Workspace& ws, const void* ids, bool ids_i64) const;
+};
+// tile_ranges: also the first row and row count of each tile (the decode kernels walk tiles, not expert blocks).
+// n_zero: ints the routing kernel zeroes on its way (arrival counters of the kernels after it).
+RoutingBuffers reserve_routing(Workspace& ws, int64_t S, int64_t E, int32_t align, int32_t tile_rows,
+                               bool tile_ranges = false, int32_t n_zero = 0);
+
 // A[r, :] = x[row_slot[r] / k, :] for the used rows, zero for padding rows; row_scale[r] = routing weight (0 for
 // padding). Rows at or past *total_rows are not touched (no tile reads them).
 struct GatherArgs {
@@ -55,7 +71,7 @@ struct GatherArgs {
     const int32_t* row_slot;    // (rows_bound,)
     const int32_t* total_rows;  // (1,) = expert_row_start + E
     int64_t rows_bound, H, k;
-    ActDType dtype;
+    DType dtype;
     bool weights_f32;
 };
 void launch_gather_rows(const GatherArgs& args, cudaStream_t stream);

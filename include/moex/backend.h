@@ -13,8 +13,8 @@
 namespace moex {
 
 struct RunOptions {
-    int num_threads = 0;           // CPU: 0 = all hardware threads
-    void* cuda_stream = nullptr;   // CUDA: the caller's cudaStream_t (nullptr = default stream)
+    int num_threads = 0;          // CPU: 0 = all hardware threads
+    void* cuda_stream = nullptr;  // CUDA: the caller's cudaStream_t (nullptr = default stream)
 };
 
 class Backend {
@@ -31,6 +31,8 @@ class Backend {
     virtual std::optional<std::string> why_not(const ExpertsProblem& problem) const;
     // Whether run() may synchronise the host with the device (not CUDA-graph capturable).
     virtual bool host_synchronizes(Device) const { return false; }
+    // A load-time choice (deepgemm_megamoe): a model never switches into or out of it at run time.
+    virtual bool load_time_only() const { return false; }
     // Computes out (T, H). Validates the problem first; throws moex::Error on any violation.
     virtual void run(const ExpertsProblem& problem, const TensorView& out, const RunOptions& options) const = 0;
 };

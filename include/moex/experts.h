@@ -9,15 +9,10 @@
 #include <string>
 #include <string_view>
 
+#include "moex/activation.h"
 #include "moex/tensor.h"
 
 namespace moex {
-
-enum class Activation : uint8_t { kSilu, kGelu, kGeluTanh, kRelu };
-enum class GateKind : uint8_t { kDefault, kGptOss };  // kDefault: act(gate)*up; kGptOss: clamped SwiGLU
-
-std::string_view activation_name(Activation a);  // "silu", "gelu", "gelu_pytorch_tanh", "relu"
-std::optional<Activation> activation_from_name(std::string_view name);
 
 struct ExpertsProblem {
     TensorView hidden_states;  // (T, H)           bf16 | f16 | f32
@@ -25,9 +20,9 @@ struct ExpertsProblem {
     TensorView top_k_weights;  // (T, k)           f32 | dtype of hidden_states
     // has_gate: gate_up_proj (E, 2I, H), transposed (E, H, 2I); ungated: up_proj (E, I, H), transposed (E, H, I).
     TensorView gate_up_proj;
-    TensorView down_proj;      // (E, H, I), transposed (E, I, H)
-    TensorView gate_up_bias;   // optional: (E, 2I), ungated (E, I)
-    TensorView down_bias;      // optional: (E, H)
+    TensorView down_proj;     // (E, H, I), transposed (E, I, H)
+    TensorView gate_up_bias;  // optional: (E, 2I), ungated (E, I)
+    TensorView down_bias;     // optional: (E, H)
 
     bool has_gate = true;
     bool is_transposed = false;
@@ -41,7 +36,7 @@ struct ExpertsProblem {
     int64_t H() const { return hidden_states.shape[1]; }
     int64_t k() const { return top_k_index.shape[1]; }
     int64_t E() const { return gate_up_proj.shape[0]; }
-    int64_t I() const;        // intermediate size (per half when gated)
+    int64_t I() const;  // intermediate size (per half when gated)
     int64_t up_width() const { return has_gate ? 2 * I() : I(); }
     DType dtype() const { return hidden_states.dtype; }
     Device device() const { return hidden_states.device; }

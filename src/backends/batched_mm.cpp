@@ -1,13 +1,14 @@
-// The `batched_mm` backend: CPU kernels in src/cpu/, CUDA kernels behind cuda/launch.h.
-#include "src/backends/builtin.h"
+// The `batched_mm` backend (decode). CPU kernels in src/cpu/, CUDA pipeline cuda/experts/batched.cu.
+#include "src/backends/portable_backend.h"
 #include "src/cpu/experts_cpu.h"
 
 namespace moex::backends {
 
 std::shared_ptr<const Backend> make_batched_mm() {
     return std::make_shared<PortableBackend>(
-        "batched_mm", "One product per (token, slot), reading each touched expert's weights once (never duplicated); for decode.",
-        &cpu::run_batched, CudaAlgo::kBatched, /*cuda_syncs=*/false);
+        "batched_mm",
+        "One product per (token, slot), reading each touched expert's weights once (never duplicated); for decode.",
+        &cpu::run_batched, cuda::Algo::kBatched, /*cuda_syncs=*/false);
 }
 
 }  // namespace moex::backends

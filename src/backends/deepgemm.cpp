@@ -1,39 +1,25 @@
-// The `deepgemm` backend: bf16 experts through a TMA-aligned Hopper grouped GEMM (CUDA only, sm_90).
-// moex runs it on its own sm_90a grouped GEMM (the grouped_mm CUDA path) with DeepGEMM's restrictions.
+// The `deepgemm` backend as built today: DeepGEMM's bf16 contract (CUDA only, bf16 experts) run by moex's own sm_90a
+// grouped_mm pipeline (cuda/experts/grouped.cu). The FP8/FP4 TMA-aligned kernels of the name are issue #11's work.
 #include "moex/error.h"
-#include "src/backends/builtin.h"
-#include "src/backends/cuda_args.h"
+#include "src/backends/portable_backend.h"
 
 namespace moex::backends {
 namespace {
 
-class DeepGemm final : public Backend {
-   public:
-    std::string_view name() const override { return "deepgemm"; }
-    std::string_view description() const override {
-        return "Sorted, TMA-aligned grouped GEMM for bf16 experts on Hopper (DeepGEMM's contract).";
-    }
-    std::vector<Device> devices() const override { return {Device::kCUDA}; }
-    std::vector<DType> dtypes() const override { return {DType::kBF16}; }
-    std::optional<std::string> unavailable(Device device) const override {
-        if (device != Device::kCUDA) return std::string("deepgemm is not supported on CPU (CUDA only)");
-        return cuda_unavailable();
-    }
-    std::optional<std::string> why_not(const ExpertsProblem& p) const override {
-        if (auto why = unavailable(p.device())) return why;
-        if (p.dtype() != DType::kBF16)
-            return "DeepGEMM experts path requires bfloat16 hidden states, got " + std::string(dtype_name(p.dtype()));
-        return std::nullopt;
-    }
-    void run(const ExpertsProblem& p, const TensorView& out, const RunOptions& options) const override {
-        check_runnable(*this, p, out);
-        if (p.T() == 0) return;
-        run_cuda(p, out, CudaAlgo::kGrouped, options);
-    }
-};
+std::optional<std::string> refusal(const ExpertsProblem& p) {
+    if (p.dtype() != DType::kBF16)
+        return "DeepGEMM experts path requires bfloat16 hidden states, got " + std::string(dtype_name(p.dtype()));
+    return std::nullopt;
+}
 
 }  // namespace
 
-std::shared_ptr<const Backend> make_deepgemm() { return std::make_shared<DeepGemm>(); }
+std::shared_ptr<const Backend> make_deepgemm() {
+    return std::make_shared<CudaRestriction>(
+        "deepgemm",
+        "DeepGEMM's contract (bf16 experts, CUDA only), run by moex's sm_90a grouped_mm pipeline; no FP8/FP4 kernels "
+        "yet.",
+        std::vector<DType>{DType::kBF16}, cuda::Algo::kGrouped, &refusal);
+}
 
 }  // namespace moex::backends

@@ -1,12 +1,23 @@
-// ExpertsInterface: the registry. The built-in backends are listed here, one line each, and nowhere else.
+// ExpertsInterface: the registry. The built-in backends are listed here, one line each, and nowhere else; plus the
+// Backend defaults and the run-time check every built-in backend makes first.
 #include <algorithm>
 #include <mutex>
 
 #include "moex/backend.h"
 #include "moex/error.h"
-#include "src/backends/builtin.h"
+#include "src/backends/portable_backend.h"
 
 namespace moex {
+namespace backends {  // the built-in backends, each made in its own file of src/backends/
+
+std::shared_ptr<const Backend> make_eager();
+std::shared_ptr<const Backend> make_batched_mm();
+std::shared_ptr<const Backend> make_grouped_mm();
+std::shared_ptr<const Backend> make_deepgemm();
+std::shared_ptr<const Backend> make_deepgemm_megamoe();
+std::shared_ptr<const Backend> make_sonicmoe();
+
+}  // namespace backends
 
 ExpertsInterface& ExpertsInterface::global() {
     static ExpertsInterface* registry = [] {
@@ -43,8 +54,8 @@ const Backend* ExpertsInterface::find(std::string_view name) const {
 const Backend& ExpertsInterface::get(std::string_view name) const {
     const Backend* b = find(name);
     if (b == nullptr)
-        fail(ErrorCode::kNotFound, "`" + std::string(name) +
-                                       "` is not a valid experts implementation; valid names: " + valid_names_text());
+        fail(ErrorCode::kNotFound,
+             "`" + std::string(name) + "` is not a valid experts implementation; valid names: " + valid_names_text());
     return *b;
 }
 
@@ -64,6 +75,16 @@ void ExpertsInterface::run(std::string_view name, const ExpertsProblem& problem,
                            const RunOptions& options) const {
     get(name).run(problem, out, options);
 }
+
+namespace backends {
+
+void check_runnable(const Backend& backend, const ExpertsProblem& problem, const TensorView& out) {
+    problem.validate();
+    problem.validate_output(out);
+    if (auto why = backend.why_not(problem)) fail(ErrorCode::kUnsupported, *why);
+}
+
+}  // namespace backends
 
 std::optional<std::string> Backend::unavailable(Device device) const {
     const auto devs = devices();

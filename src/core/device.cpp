@@ -5,7 +5,7 @@
 
 #include "moex/error.h"
 #if MOEX_WITH_CUDA
-#include "cuda/launch.h"
+#include "cuda/common/memory.h"
 #endif
 
 namespace moex {

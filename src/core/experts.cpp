@@ -83,8 +83,8 @@ void ExpertsProblem::validate() const {
     if (top_k_index.dtype != DType::kI32 && top_k_index.dtype != DType::kI64)
         bad("top_k_index has dtype " + std::string(dtype_name(top_k_index.dtype)) + ", expected int32 or int64");
     if (top_k_index.shape[0] != t)
-        bad("top_k_index has " + std::to_string(top_k_index.shape[0]) + " rows but hidden_states has T = " +
-            std::to_string(t));
+        bad("top_k_index has " + std::to_string(top_k_index.shape[0]) +
+            " rows but hidden_states has T = " + std::to_string(t));
     require_rank(top_k_weights, "top_k_weights", 2);
     require_shape(top_k_weights, "top_k_weights", {t, k()}, "(T, k)");
     if (top_k_weights.dtype != DType::kF32 && top_k_weights.dtype != hidden_states.dtype)
@@ -101,7 +101,8 @@ void ExpertsProblem::validate() const {
     if (i < 1) bad("down_proj has intermediate size 0");
     const int64_t n = has_gate ? 2 * i : i;
     if (is_transposed) {
-        require_shape(gate_up_proj, up_name, {e, h, n}, has_gate ? "(E, H, 2I) (transposed)" : "(E, H, I) (transposed)");
+        require_shape(gate_up_proj, up_name, {e, h, n},
+                      has_gate ? "(E, H, 2I) (transposed)" : "(E, H, I) (transposed)");
         require_shape(down_proj, "down_proj", {e, i, h}, "(E, I, H) (transposed)");
     } else {
         require_shape(gate_up_proj, up_name, {e, n, h}, has_gate ? "(E, 2I, H)" : "(E, I, H)");
@@ -120,13 +121,16 @@ void ExpertsProblem::validate() const {
     }
     if (!has_gate && !is_concatenated) bad("is_concatenated=false (interleaved gate/up) requires has_gate=true");
     if (!has_gate && gate == GateKind::kGptOss) bad("the gpt_oss gate requires has_gate=true");
-    if (gate == GateKind::kGptOss && (!std::isfinite(swiglu_alpha) || !std::isfinite(swiglu_limit) || swiglu_limit <= 0))
+    if (gate == GateKind::kGptOss &&
+        (!std::isfinite(swiglu_alpha) || !std::isfinite(swiglu_limit) || swiglu_limit <= 0))
         bad("gpt_oss gate needs a finite swiglu_alpha and a positive finite swiglu_limit");
 
-    const struct { const TensorView* t; const char* name; } all[] = {
-        {&hidden_states, "hidden_states"}, {&top_k_index, "top_k_index"}, {&top_k_weights, "top_k_weights"},
-        {&gate_up_proj, up_name},          {&down_proj, "down_proj"},     {&gate_up_bias, "gate_up_proj_bias"},
-        {&down_bias, "down_proj_bias"}};
+    const struct {
+        const TensorView* t;
+        const char* name;
+    } all[] = {{&hidden_states, "hidden_states"}, {&top_k_index, "top_k_index"}, {&top_k_weights, "top_k_weights"},
+               {&gate_up_proj, up_name},          {&down_proj, "down_proj"},     {&gate_up_bias, "gate_up_proj_bias"},
+               {&down_bias, "down_proj_bias"}};
     for (const auto& a : all) {
         if (!a.t->defined()) continue;
         require_same_device(*a.t, a.name, hidden_states);

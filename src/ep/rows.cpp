@@ -7,6 +7,7 @@
 
 #include "moex/error.h"
 #if MOEX_WITH_CUDA
+#include "cuda/common/memory.h"
 #include "cuda/ep/rows.h"
 #endif
 
@@ -24,13 +25,10 @@ float load(const void* y, int64_t i, DType dt) {
 }
 
 void store(void* out, int64_t i, float v, DType dt) {
-    if (dt == DType::kF32) static_cast<float*>(out)[i] = v;
-    else static_cast<uint16_t*>(out)[i] = dt == DType::kBF16 ? f32_to_bf16(v) : f32_to_f16(v);
-}
-
-int cuda_dtype(DType dt) {
-    MOEX_REQUIRE(is_float_activation(dt), ErrorCode::kInvalidArgument, "ep: activations must be bf16, f16 or f32");
-    return dt == DType::kBF16 ? 0 : dt == DType::kF16 ? 1 : 2;
+    if (dt == DType::kF32)
+        static_cast<float*>(out)[i] = v;
+    else
+        static_cast<uint16_t*>(out)[i] = dt == DType::kBF16 ? f32_to_bf16(v) : f32_to_f16(v);
 }
 
 }  // namespace
@@ -52,12 +50,11 @@ void gather_rows(Device device, void* dst, const void* src, const int64_t* idx, 
 
 void combine_rows(Device device, void* out, const void* y, const int64_t* rows, const float* w, int64_t T, int64_t M,
                   int64_t H, DType dtype, void* stream) {
-    const int dt_code = cuda_dtype(dtype);
+    MOEX_REQUIRE(is_float_activation(dtype), ErrorCode::kInvalidArgument, "ep: activations must be bf16, f16 or f32");
     if (device == Device::kCUDA) {
 #if MOEX_WITH_CUDA
-        return cuda::ep::combine_rows(out, y, rows, w, T, M, H, dt_code, stream);
+        return cuda::ep::combine_rows(out, y, rows, w, T, M, H, dtype, stream);
 #else
-        (void)dt_code;
         no_cuda();
 #endif
     }
@@ -80,7 +77,7 @@ void copy_bytes(Device device, void* dst, const void* src, int64_t bytes, bool t
     if (bytes == 0) return;
     if (device == Device::kCUDA) {
 #if MOEX_WITH_CUDA
-        return cuda::ep::copy_async(dst, src, bytes, to_device, stream);
+        return cuda::copy_async(dst, src, size_t(bytes), to_device, stream);
 #else
         (void)to_device, (void)stream;
         no_cuda();
@@ -91,7 +88,7 @@ void copy_bytes(Device device, void* dst, const void* src, int64_t bytes, bool t
 
 void sync_stream(Device device, void* stream) {
 #if MOEX_WITH_CUDA
-    if (device == Device::kCUDA) cuda::ep::sync(stream);
+    if (device == Device::kCUDA) cuda::stream_synchronize(stream);
 #else
     (void)device, (void)stream;
 #endif
@@ -100,20 +97,21 @@ void sync_stream(Device device, void* stream) {
 void* device_malloc(Device device, int64_t bytes) {
     if (device == Device::kCUDA) {
 #if MOEX_WITH_CUDA
-        return cuda::ep::alloc(bytes > 0 ? bytes : 1);
+        return cuda::device_alloc(size_t(bytes > 0 ? bytes : 1));
 #else
         no_cuda();
 #endif
     }
     void* p = std::aligned_alloc(64, size_t((bytes + 63) / 64 * 64 + 64));
-    MOEX_REQUIRE(p != nullptr, ErrorCode::kOverflow, "ep: host allocation of " + std::to_string(bytes) + " bytes failed");
+    MOEX_REQUIRE(p != nullptr, ErrorCode::kOverflow,
+                 "ep: host allocation of " + std::to_string(bytes) + " bytes failed");
     return p;
 }
 
 void device_release(Device device, void* p) {
     if (p == nullptr) return;
 #if MOEX_WITH_CUDA
-    if (device == Device::kCUDA) return cuda::ep::release(p);
+    if (device == Device::kCUDA) return cuda::device_free(p);
 #endif
     (void)device;
     std::free(p);

@@ -22,6 +22,9 @@
 #include "cuda/gemm/sm90_config.h"
 
 using namespace moex::cuda;
+using moex::Activation;
+using moex::DType;
+using moex::GateKind;
 
 namespace {
 
@@ -78,14 +81,10 @@ __device__ __forceinline__ double to_d(T v) {
 
 __device__ double gate_ref(int fn, double g, double u, double alpha, double limit) {
     switch (fn) {
-        case 0:
-            return g / (1.0 + exp(-g)) * u;
-        case 1:
-            return 0.5 * g * (1.0 + erf(g / sqrt(2.0))) * u;
-        case 2:
-            return 0.5 * g * (1.0 + tanh(sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g))) * u;
-        case 3:
-            return (g > 0 ? g : 0.0) * u;
+        case 0: return g / (1.0 + exp(-g)) * u;
+        case 1: return 0.5 * g * (1.0 + erf(g / sqrt(2.0))) * u;
+        case 2: return 0.5 * g * (1.0 + tanh(sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g))) * u;
+        case 3: return (g > 0 ? g : 0.0) * u;
         default: {
             g = g < limit ? g : limit;
             u = u < -limit ? -limit : (u > limit ? limit : u);
@@ -227,16 +226,16 @@ struct Tolerance {
 // Per output dtype, in one place (outputs are O(1)): bf16 rounds to 8 significant bits (half an ulp = 2^-9
 // relative), f16 to 11 (2^-12); f32 differs from the float64 reference by the f32 accumulation order (~1e-6).
 // A real indexing or pipeline bug shows up as O(1) errors.
-Tolerance tolerance(bool d_f32, ActDType t) {
+Tolerance tolerance(bool d_f32, DType t) {
     if (d_f32) return {1e-4, 1e-4};
-    return t == ActDType::kBF16 ? Tolerance{1e-3, 8e-3} : Tolerance{1e-4, 2e-3};
+    return t == DType::kBF16 ? Tolerance{1e-3, 8e-3} : Tolerance{1e-4, 2e-3};
 }
 
 int g_failures = 0, g_passes = 0;
 
 // ---- correctness --------------------------------------------------------------------------------------------
 struct Case {
-    ActDType dtype;
+    DType dtype;
     bool b_n_major;
     int epi;  // 0 store dtype, 1 store f32, 2 gate
     bool concatenated;
@@ -252,21 +251,11 @@ std::vector<int32_t> make_counts(int dist, int64_t E, int base, std::mt19937& rn
     std::uniform_int_distribution<int> u(0, 2 * base);
     for (int64_t e = 0; e < E; ++e) {
         switch (dist) {
-            case 0:
-                c[e] = base;
-                break;
-            case 1:
-                c[e] = (e % 3 == 1) ? 0 : 1 + u(rng);
-                break;
-            case 2:
-                c[e] = (e == E / 2) ? 5 * base + 17 : 0;
-                break;
-            case 3:
-                c[e] = (e % 4 == 0) ? 128 : (e % 4 == 1 ? 1 : u(rng));
-                break;
-            default:
-                c[e] = 0;
-                break;
+            case 0: c[e] = base; break;
+            case 1: c[e] = (e % 3 == 1) ? 0 : 1 + u(rng); break;
+            case 2: c[e] = (e == E / 2) ? 5 * base + 17 : 0; break;
+            case 3: c[e] = (e % 4 == 0) ? 128 : (e % 4 == 1 ? 1 : u(rng)); break;
+            default: c[e] = 0; break;
         }
     }
     return c;
@@ -290,8 +279,12 @@ bool run_case(const Case& cs, const Routing& rt, const char* cfg_name, const Sm9
     a.P = rt.P, a.N = cs.N, a.K = cs.K, a.E = cs.E, a.max_m_tiles = rt.max_tiles;
     a.dtype = cs.dtype, a.b_n_major = cs.b_n_major, a.d_f32 = d_f32;
     a.epilogue = gate ? Epilogue::kGate : Epilogue::kStore;
-    a.concatenated = cs.concatenated, a.activation = cs.fn < 4 ? cs.fn : 0, a.gate_kind = cs.fn == 4 ? 1 : 0;
-    a.swiglu_alpha = 1.702f, a.swiglu_limit = 1.5f;
+    a.gate = {.activation = cs.fn < 4 ? Activation(cs.fn) : Activation::kSilu,
+              .kind = cs.fn == 4 ? GateKind::kGptOss : GateKind::kDefault,
+              .concatenated = cs.concatenated,
+              .alpha = 1.702f,
+              .limit = 1.5f};
+    a.b_dtype = a.dtype;
     bool ran = false;
     try {
         ran = forced ? launch_grouped_gemm_sm90_with(a, *forced, nullptr) : launch_grouped_gemm_sm90(a, nullptr);
@@ -307,7 +300,7 @@ bool run_case(const Case& cs, const Routing& rt, const char* cfg_name, const Sm9
     if (!ran) return true;
     std::vector<uint8_t> h(D.bytes);
     CK(cudaMemcpy(h.data(), D.p, D.bytes, cudaMemcpyDeviceToHost));
-    const int kind = d_f32 ? 2 : (cs.dtype == ActDType::kBF16 ? 0 : 1);
+    const int kind = d_f32 ? 2 : (cs.dtype == DType::kBF16 ? 0 : 1);
     const Tolerance tol = tolerance(d_f32, cs.dtype);
     int64_t bad = 0;
     double max_err = 0, sxy = 0, sxx = 0;
@@ -347,7 +340,7 @@ void check_case(const Case& cs, uint64_t seed) {
     DevBuf A(size_t(rt.P) * cs.K * esz), B(size_t(cs.E) * cs.N * cs.K * esz), bias(size_t(cs.E) * cs.N * esz),
         scale(size_t(rt.P) * 4);
     const float bscale = 3.0f / std::sqrt(float(cs.K));  // acc ~ N(0, 1)
-    if (cs.dtype == ActDType::kBF16) {
+    if (cs.dtype == DType::kBF16) {
         fill_uniform(A.as<__nv_bfloat16>(), rt.P * cs.K, seed + 1, -1.f, 1.f);
         fill_uniform(B.as<__nv_bfloat16>(), cs.E * cs.N * cs.K, seed + 2, -bscale, bscale);
         fill_uniform(bias.as<__nv_bfloat16>(), cs.E * cs.N, seed + 3, -0.5f, 0.5f);
@@ -387,7 +380,7 @@ void check_case(const Case& cs, uint64_t seed) {
                         .limit = 1.5,
                         .out = d_ref.as<double>()};
         const dim3 grid(unsigned((n_out + 127) / 128), unsigned(rows.size()));
-        if (cs.dtype == ActDType::kBF16)
+        if (cs.dtype == DType::kBF16)
             reference_kernel<__nv_bfloat16><<<grid, 128>>>(r);
         else
             reference_kernel<__half><<<grid, 128>>>(r);
@@ -395,7 +388,7 @@ void check_case(const Case& cs, uint64_t seed) {
         CK(cudaMemcpy(ref.data(), d_ref.p, ref.size() * 8, cudaMemcpyDeviceToHost));
     }
     std::printf("case %s B%s %s%s%s%s E=%lld K=%lld N=%lld dist=%d tiles=%d\n",
-                cs.dtype == ActDType::kBF16 ? "bf16" : "f16", cs.b_n_major ? "(E,K,N)" : "(E,N,K)",
+                cs.dtype == DType::kBF16 ? "bf16" : "f16", cs.b_n_major ? "(E,K,N)" : "(E,N,K)",
                 cs.epi == 0 ? "store" : (cs.epi == 1 ? "store-f32" : "gate"),
                 gate ? (cs.concatenated ? "-concat-" : "-interleaved-") : "", gate ? kFnNames[cs.fn] : "",
                 std::string(cs.bias ? " +bias" : "").append(cs.scale ? " +scale" : "").c_str(), (long long)cs.E,
@@ -414,7 +407,7 @@ void check_case(const Case& cs, uint64_t seed) {
 
 // The routing changes on the device between graph replays; the captured launch must follow it.
 void check_graph() {
-    const Case cs{ActDType::kBF16, false, 2, true, 0, true, false, 6, 256, 512, 3, 200};
+    const Case cs{DType::kBF16, false, 2, true, 0, true, false, 6, 256, 512, 3, 200};
     std::mt19937 rng(7);
     Routing rt1, rt2;
     build_routing(rt1, make_counts(3, cs.E, 200, rng), 0);
@@ -432,7 +425,8 @@ void check_graph() {
     a.m_tile_expert = rt1.d_tiles.as<int32_t>(), a.num_m_tiles = rt1.d_num.as<int32_t>();
     a.expert_row_start = rt1.d_start.as<int32_t>(), a.expert_row_count = rt1.d_count.as<int32_t>();
     a.P = P, a.N = cs.N, a.K = cs.K, a.E = cs.E, a.max_m_tiles = rt1.max_tiles;
-    a.dtype = ActDType::kBF16, a.epilogue = Epilogue::kGate, a.concatenated = true, a.activation = 0;
+    a.dtype = DType::kBF16, a.b_dtype = DType::kBF16, a.epilogue = Epilogue::kGate;
+    a.gate = {.activation = Activation::kSilu, .kind = GateKind::kDefault, .concatenated = true};
     cudaStream_t s;
     CK(cudaStreamCreate(&s));
     launch_grouped_gemm_sm90(a, s);  // first call outside capture: one-time attribute setup
@@ -501,21 +495,22 @@ void check_graph() {
 void check_unsupported() {
     struct U {
         const char* what;
-        ActDType dt;
+        DType dt;
         int64_t K, N;
         bool gate, d_f32;
-    } us[] = {{"K % 8 != 0", ActDType::kBF16, 100, 256, false, false},
-              {"N % 8 != 0", ActDType::kBF16, 128, 100, false, false},
-              {"f32 inputs", ActDType::kF32, 128, 256, false, false},
-              {"gate N/2 % 8 != 0", ActDType::kBF16, 128, 24, true, false},
-              {"gate with f32 output", ActDType::kBF16, 128, 256, true, true}};
+    } us[] = {{"K % 8 != 0", DType::kBF16, 100, 256, false, false},
+              {"N % 8 != 0", DType::kBF16, 128, 100, false, false},
+              {"f32 inputs", DType::kF32, 128, 256, false, false},
+              {"gate N/2 % 8 != 0", DType::kBF16, 128, 24, true, false},
+              {"gate with f32 output", DType::kBF16, 128, 256, true, true}};
     for (const U& u : us) {
         GroupedGemmArgs a{};
         int32_t dummy_i = 0;
         static __align__(16) uint8_t dummy[16];
         a.A = a.B = a.D = dummy;
         a.m_tile_expert = a.num_m_tiles = a.expert_row_start = a.expert_row_count = &dummy_i;
-        a.P = 128, a.N = u.N, a.K = u.K, a.E = 1, a.max_m_tiles = 1, a.dtype = u.dt, a.d_f32 = u.d_f32;
+        a.P = 128, a.N = u.N, a.K = u.K, a.E = 1, a.max_m_tiles = 1, a.dtype = u.dt, a.b_dtype = u.dt;
+        a.d_f32 = u.d_f32;
         a.epilogue = u.gate ? Epilogue::kGate : Epilogue::kStore;
         const Sm90GemmConfig c = choose_grouped_gemm_sm90_config(a, 132);
         const bool ok = c.why_not != nullptr && !launch_grouped_gemm_sm90(a, nullptr);  // never launches: host dummies
@@ -535,7 +530,7 @@ void run_checks() {
         for (int bnm = 0; bnm < 2; ++bnm)
             for (int epi = 0; epi < 4; ++epi) {  // store, store f32, gate concat, gate interleaved
                 Case cs{};
-                cs.dtype = idx % 3 == 2 ? ActDType::kF16 : ActDType::kBF16;
+                cs.dtype = idx % 3 == 2 ? DType::kF16 : DType::kBF16;
                 cs.b_n_major = bnm;
                 cs.epi = epi < 2 ? epi : 2;
                 cs.concatenated = epi == 2;
@@ -551,11 +546,11 @@ void run_checks() {
                 ++idx;
             }
     // Long K (many trips round the 4-stage ring), big N tile count, every gate function on one shape.
-    check_case({ActDType::kBF16, false, 0, false, 0, true, true, 3, 4096, 512, 0, 384}, 77);
+    check_case({DType::kBF16, false, 0, false, 0, true, true, 3, 4096, 512, 0, 384}, 77);
     for (int fn = 0; fn < 5; ++fn)
-        check_case({ActDType::kBF16, fn % 2 == 1, 2, fn % 2 == 0, fn, true, true, 4, 192, 528, 3, 160}, 90 + fn);
+        check_case({DType::kBF16, fn % 2 == 1, 2, fn % 2 == 0, fn, true, true, 4, 192, 528, 3, 160}, 90 + fn);
     // No rows at all: nothing may be written.
-    check_case({ActDType::kBF16, false, 0, false, 0, true, true, 5, 128, 256, 4, 0}, 99);
+    check_case({DType::kBF16, false, 0, false, 0, true, true, 5, 128, 256, 4, 0}, 99);
     check_graph();
     check_unsupported();
 }
@@ -627,8 +622,9 @@ void bench_gemm(const Model& m, int64_t T, bool up, cublasHandle_t blas) {
         a.m_tile_expert = rt.d_tiles.as<int32_t>(), a.num_m_tiles = rt.d_num.as<int32_t>();
         a.expert_row_start = rt.d_start.as<int32_t>(), a.expert_row_count = rt.d_count.as<int32_t>();
         a.P = rt.P, a.N = N, a.K = K, a.E = E, a.max_m_tiles = rt.max_tiles;
-        a.dtype = ActDType::kBF16, a.b_n_major = false, a.d_f32 = !up;
-        a.epilogue = up ? Epilogue::kGate : Epilogue::kStore, a.concatenated = true, a.activation = 0;
+        a.dtype = DType::kBF16, a.b_n_major = false, a.d_f32 = !up;
+        a.epilogue = up ? Epilogue::kGate : Epilogue::kStore, a.b_dtype = DType::kBF16;
+        a.gate = {.activation = Activation::kSilu, .kind = GateKind::kDefault, .concatenated = true};
         return a;
     };
     const double useful = 2.0 * double(S) * double(N) * double(K);
@@ -719,7 +715,7 @@ void bench_gemm(const Model& m, int64_t T, bool up, cublasHandle_t blas) {
         CK(cudaGetLastError());
         std::vector<double> ref(rows.size() * ncols);
         CK(cudaMemcpy(ref.data(), d_ref.p, ref.size() * 8, cudaMemcpyDeviceToHost));
-        const Tolerance tol = tolerance(!up, ActDType::kBF16);
+        const Tolerance tol = tolerance(!up, DType::kBF16);
         int64_t bad = 0;
         double max_err = 0;
         std::vector<uint8_t> row(n_out * d_esz);
@@ -776,6 +772,11 @@ int main(int argc, char** argv) {
             only = argv[++i];
     }
     if (!check && !bench) check = bench = true;
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+        std::printf("no CUDA device: nothing checked (exit 77, the CTest skip code)\n");
+        return 77;
+    }
     cudaDeviceProp prop{};
     CK(cudaGetDeviceProperties(&prop, 0));
     std::printf("device: %s, sm_%d%d, %d SMs, L2 %d MB\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount,

@@ -5,10 +5,10 @@
 #include <cstdio>
 #include <string>
 
-#include "tools/ep/ep_problem.h"
 #include "moex/device.h"
+#include "tools/ep/ep_problem.h"
 #if MOEX_WITH_CUDA
-#include "cuda/launch.h"
+#include "cuda/common/memory.h"
 #endif
 
 namespace {
@@ -27,7 +27,8 @@ DeviceTensor device_weights(DType dt, std::initializer_list<int64_t> shape, floa
     std::mt19937_64 rng(seed);
     ep_tools::fill(host, rng, scale);
     for (int64_t off = 0; off < total; off += block)
-        cuda::copy_to_device(static_cast<char*>(t.view().data) + off, host.data(), size_t(std::min(block, total - off)));
+        cuda::copy_to_device(static_cast<char*>(t.view().data) + off, host.data(),
+                             size_t(std::min(block, total - off)));
     return t;
 }
 #endif
@@ -39,8 +40,10 @@ int main(int argc, char** argv) {
     std::string backend = "grouped_mm";
     int reps = 5;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!std::strcmp(argv[i], "--backend")) backend = argv[i + 1];
-        else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+        if (!std::strcmp(argv[i], "--backend"))
+            backend = argv[i + 1];
+        else if (!std::strcmp(argv[i], "--reps"))
+            reps = std::atoi(argv[i + 1]);
         else if (!std::strcmp(argv[i], "--tokens")) {
             tokens.clear();
             for (char* p = argv[i + 1]; *p;) {
@@ -66,9 +69,10 @@ int main(int argc, char** argv) {
         DeviceTensor up = device_weights(dt, {shard.local(), 2 * I, H}, 1.0f / std::sqrt(float(H)), 11 + rank);
         DeviceTensor down = device_weights(dt, {shard.local(), H, I}, 1.0f / std::sqrt(float(I)), 23 + rank);
         if (rank == 0)
-            std::printf("moex_ep_bench: deepseek-v3 experts (H %lld, I %lld, E %lld, k %lld, bf16), %d ranks (NCCL), "
-                        "backend %s, median of %d\n", (long long)H, (long long)I, (long long)E, (long long)k, R,
-                        backend.c_str(), reps);
+            std::printf(
+                "moex_ep_bench: deepseek-v3 experts (H %lld, I %lld, E %lld, k %lld, bf16), %d ranks (NCCL), "
+                "backend %s, median of %d\n",
+                (long long)H, (long long)I, (long long)E, (long long)k, R, backend.c_str(), reps);
         if (rank == 0)
             std::printf("%-6s %-5s %9s %9s %9s %9s %12s %10s %10s %12s %12s\n", "T/rank", "comb", "disp_us", "comp_us",
                         "comb_us", "total_us", "tokens/s", "disp_GB/s", "comb_GB/s", "DeepEP_disp", "DeepEP_comb");
@@ -109,8 +113,9 @@ int main(int argc, char** argv) {
             }
         }
         if (rank == 0)
-            std::printf("GB/s = bytes leaving the rank / phase wall time (incl. host plan, packing, syncs); moex "
-                        "dispatch sends bf16 rows + ids/weights, DeepEP fp8 rows at EP8 on H800.\n");
+            std::printf(
+                "GB/s = bytes leaving the rank / phase wall time (incl. host plan, packing, syncs); moex "
+                "dispatch sends bf16 rows + ids/weights, DeepEP fp8 rows at EP8 on H800.\n");
         return 0;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "moex_ep_bench: %s\n", e.what());

@@ -1,0 +1,25 @@
+// Inline PTX shared by the kernels: the 16-byte streaming load for data read exactly once (weights in decode).
+#pragma once
+
+#include <cstdint>
+
+namespace moex::cuda {
+
+// ld.global.nc with L1::no_allocate: the weights do not evict the activations that every warp re-reads from L1.
+// kPrefetchL2: also ask L2 for the whole 256-byte sector run (the next lines of a weight row stream in sooner).
+template <bool kPrefetchL2 = false>
+__device__ __forceinline__ uint4 ld_stream16(const void* p) {
+    uint4 r;
+    if constexpr (kPrefetchL2) {
+        asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+            : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+            : "l"(p));
+    } else {
+        asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+            : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+            : "l"(p));
+    }
+    return r;
+}
+
+}  // namespace moex::cuda

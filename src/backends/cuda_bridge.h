@@ -1,0 +1,19 @@
+// The bridge from an ExpertsProblem to cuda/launch.h (no TensorView crosses into cuda/): one ExpertsArgs filled from
+// the problem, the gate parameters filled once, and the CUDA availability probe. Builds without CUDA refuse clearly.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "cuda/launch.h"
+#include "moex/backend.h"
+
+namespace moex::backends {
+
+// Runs the problem with a CUDA experts algorithm on the device; raises Error(kUnsupported) in a build without CUDA.
+void run_cuda(const ExpertsProblem& p, const TensorView& out, cuda::Algo algo, const RunOptions& options);
+
+// Why CUDA cannot run here (no CUDA in this build, no device, wrong architecture); nullopt = it can.
+std::optional<std::string> cuda_unavailable();
+
+}  // namespace moex::backends

@@ -1,0 +1,81 @@
+// The two shapes most built-in backends take:
+//  - PortableBackend: CPU and CUDA, a CPU kernel (src/cpu) and a CUDA experts algorithm (eager, batched_mm,
+//  grouped_mm);
+//  - CudaRestriction: CUDA only, a CUDA algorithm under the narrower contract of a named library (deepgemm, sonicmoe
+//    today run moex's grouped_mm pipeline within the limits their references have).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "moex/backend.h"
+#include "src/backends/cuda_bridge.h"
+
+namespace moex::backends {
+
+// Validates problem and output, checks why_not(), then leaves the call to the backend. T = 0 launches nothing.
+void check_runnable(const Backend& backend, const ExpertsProblem& problem, const TensorView& out);
+
+class PortableBackend final : public Backend {
+   public:
+    using CpuKernel = void (*)(const ExpertsProblem&, const TensorView&, int num_threads);
+    PortableBackend(std::string_view name, std::string_view description, CpuKernel cpu, cuda::Algo cuda,
+                    bool cuda_syncs)
+        : name_(name), description_(description), cpu_(cpu), cuda_(cuda), cuda_syncs_(cuda_syncs) {}
+    std::string_view name() const override { return name_; }
+    std::string_view description() const override { return description_; }
+    std::vector<Device> devices() const override { return {Device::kCPU, Device::kCUDA}; }
+    std::optional<std::string> unavailable(Device device) const override {
+        return device == Device::kCUDA ? cuda_unavailable() : std::nullopt;
+    }
+    bool host_synchronizes(Device device) const override { return device == Device::kCUDA && cuda_syncs_; }
+    void run(const ExpertsProblem& p, const TensorView& out, const RunOptions& options) const override {
+        check_runnable(*this, p, out);
+        if (p.T() == 0) return;
+        if (p.device() == Device::kCUDA) return run_cuda(p, out, cuda_, options);
+        cpu_(p, out, options.num_threads);
+    }
+
+   private:
+    std::string_view name_, description_;
+    CpuKernel cpu_;
+    cuda::Algo cuda_;
+    bool cuda_syncs_;
+};
+
+class CudaRestriction final : public Backend {
+   public:
+    // Why the restriction refuses a problem the CUDA algorithm could run; nullopt = it accepts it.
+    using Refusal = std::optional<std::string> (*)(const ExpertsProblem&);
+    CudaRestriction(std::string_view name, std::string_view description, std::vector<DType> dtypes, cuda::Algo cuda,
+                    Refusal refusal)
+        : name_(name), description_(description), dtypes_(std::move(dtypes)), cuda_(cuda), refusal_(refusal) {}
+    std::string_view name() const override { return name_; }
+    std::string_view description() const override { return description_; }
+    std::vector<Device> devices() const override { return {Device::kCUDA}; }
+    std::vector<DType> dtypes() const override { return dtypes_; }
+    std::optional<std::string> unavailable(Device device) const override {
+        if (device != Device::kCUDA) return std::string(name_) + " is not supported on CPU (CUDA only)";
+        return cuda_unavailable();
+    }
+    std::optional<std::string> why_not(const ExpertsProblem& p) const override {
+        if (auto why = Backend::why_not(p)) return why;
+        return refusal_(p);
+    }
+    void run(const ExpertsProblem& p, const TensorView& out, const RunOptions& options) const override {
+        check_runnable(*this, p, out);
+        if (p.T() == 0) return;
+        run_cuda(p, out, cuda_, options);
+    }
+
+   private:
+    std::string_view name_, description_;
+    std::vector<DType> dtypes_;
+    cuda::Algo cuda_;
+    Refusal refusal_;
+};
+
+}  // namespace moex::backends
