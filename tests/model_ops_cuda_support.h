@@ -29,12 +29,9 @@ inline double round_to(double v, DType dt) {
 
 inline double host_value(const Tensor& t, int64_t i) {
     switch (t.view().dtype) {
-        case DType::kBF16:
-            return bf16_to_f32(static_cast<const uint16_t*>(t.data())[i]);
-        case DType::kI32:
-            return static_cast<const int32_t*>(t.data())[i];
-        default:
-            return static_cast<const float*>(t.data())[i];
+        case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(t.data())[i]);
+        case DType::kI32: return static_cast<const int32_t*>(t.data())[i];
+        default: return static_cast<const float*>(t.data())[i];
     }
 }
 

@@ -2,16 +2,15 @@
 // megamoe guard), which backend runs in each generation phase (the decode switch), agreement of every backend's
 // logits, sampling, and the errors of bad input.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <unistd.h>
 
 #include "moex/backend.h"
 #include "moex/error.h"
 #include "moex/model.h"
-#include "src/backends/builtin.h"
 #include "tests/test_support.h"
 #include "tests/tiny_checkpoint.h"
 
@@ -25,8 +24,8 @@ using test::TinyCheckpointOptions;
 class ModelApi : public ::testing::Test {
    protected:
     std::string make(TinyCheckpointOptions o) {
-        const std::string dir = (fs::temp_directory_path() / ("moex_model_" + std::to_string(::getpid()) + "_" +
-                                                              std::to_string(counter_++)))
+        const std::string dir = (fs::temp_directory_path() /
+                                 ("moex_model_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++)))
                                     .string();
         fs::remove_all(dir);
         test::write_tiny_checkpoint(dir, o);
@@ -56,8 +55,10 @@ class ModelApi : public ::testing::Test {
 // A CPU backend that counts its calls and delegates to grouped_mm.
 class CountingBackend final : public Backend {
    public:
-    explicit CountingBackend(std::string name) : name_(std::move(name)) {}
+    explicit CountingBackend(std::string name, bool load_time_only = false)
+        : name_(std::move(name)), load_time_only_(load_time_only) {}
     std::string_view name() const override { return name_; }
+    bool load_time_only() const override { return load_time_only_; }
     std::string_view description() const override { return "test backend: grouped_mm with a call counter"; }
     std::vector<Device> devices() const override { return {Device::kCPU}; }
     void run(const ExpertsProblem& p, const TensorView& out, const RunOptions& o) const override {
@@ -68,6 +69,7 @@ class CountingBackend final : public Backend {
 
    private:
     std::string name_;
+    bool load_time_only_;
 };
 
 TEST(ExpertsImplementationParse, NameAndMap) {
@@ -84,7 +86,8 @@ TEST(ExpertsImplementationParse, NameAndMap) {
 }
 
 TEST(ExpertsImplementationParse, DecodeMapSwitchesOnlyGroupedOnGpu) {
-    const std::map<std::string, std::string> m = {{"", "grouped_mm"}, {"text_config", "eager"}, {"vision_config", "grouped_mm"}};
+    const std::map<std::string, std::string> m = {
+        {"", "grouped_mm"}, {"text_config", "eager"}, {"vision_config", "grouped_mm"}};
     EXPECT_EQ(decode_experts_implementation(m, Device::kCPU), m);
     const auto d = decode_experts_implementation(m, Device::kCUDA);
     EXPECT_EQ(d.at(""), "batched_mm");
@@ -158,19 +161,19 @@ TEST_F(ModelApi, CompositeConfigMapsReachTheTextModel) {
     EXPECT_EQ(m.experts_backend(), "grouped_mm");
     m.set_experts_implementation(ExpertsImplementation::name("eager"));  // a name reaches every sub-config
     for (const auto& [k, v] : m.get_experts_implementation()) EXPECT_EQ(v, "eager") << k;
-    EXPECT_THROW(m.set_experts_implementation(ExpertsImplementation::per_config_map({{"audio_config", "eager"}})), Error);
+    EXPECT_THROW(m.set_experts_implementation(ExpertsImplementation::per_config_map({{"audio_config", "eager"}})),
+                 Error);
 }
 
-TEST_F(ModelApi, MegaMoeIsALoadTimeChoice) {
-    // Stand a CPU-capable backend in for deepgemm_megamoe, then restore the built-in one.
-    ExpertsInterface::global().register_backend(std::make_shared<CountingBackend>("deepgemm_megamoe"));
-    struct Restore {
-        ~Restore() { ExpertsInterface::global().register_backend(backends::make_deepgemm_megamoe()); }
-    } restore;
+TEST_F(ModelApi, LoadTimeBackendsAreNeverSwitched) {
+    // deepgemm_megamoe is the built-in load-time backend (CUDA only); a CPU user backend with the same property
+    // stands in for it here.
+    EXPECT_TRUE(ExpertsInterface::global().get("deepgemm_megamoe").load_time_only());
+    ExpertsInterface::global().register_backend(std::make_shared<CountingBackend>("test_load_time_mm", true));
     const std::string dir = make(qwen3());
     Model a = Model::from_pretrained(dir, cpu());
-    EXPECT_THROW(a.set_experts_implementation(ExpertsImplementation::name("deepgemm_megamoe")), Error);
-    Model b = Model::from_pretrained(dir, cpu(ExpertsImplementation::name("deepgemm_megamoe")));
+    EXPECT_THROW(a.set_experts_implementation(ExpertsImplementation::name("test_load_time_mm")), Error);
+    Model b = Model::from_pretrained(dir, cpu(ExpertsImplementation::name("test_load_time_mm")));
     try {
         b.set_experts_implementation(ExpertsImplementation::name("grouped_mm"));
         FAIL() << "expected the megamoe guard";
@@ -181,8 +184,8 @@ TEST_F(ModelApi, MegaMoeIsALoadTimeChoice) {
 
 // Every CPU backend gives the same logits (within f32 rounding) on every architecture and checkpoint form.
 TEST_F(ModelApi, EveryBackendAgreesOnEveryArchitecture) {
-    for (Architecture arch : {Architecture::kQwen2Moe, Architecture::kQwen3Moe, Architecture::kMixtral,
-                              Architecture::kOlmoe}) {
+    for (Architecture arch :
+         {Architecture::kQwen2Moe, Architecture::kQwen3Moe, Architecture::kMixtral, Architecture::kOlmoe}) {
         TinyCheckpointOptions o;
         o.arch = arch;
         o.dtype = DType::kF32;
@@ -228,7 +231,10 @@ TEST_F(ModelApi, GenerationOnCpuNeverSwitches) {
     SamplingOptions s;
     s.max_new_tokens = 4;
     s.stop_on_eos = false;
-    const GenerationResult r = m.generate(std::vector<int32_t>{1, 2, 3, 4}, s);
+    const GenerationResult r = m.generate(std::vector<int32_t>{1, 2, 3, 4}, s, [&](int32_t, const std::string&) {
+        EXPECT_EQ(m.get_experts_implementation().at(""), "grouped_mm");
+        return true;
+    });
     EXPECT_EQ(r.new_ids.size(), 4u);
     for (const auto& [t, b] : seen) EXPECT_EQ(b, "grouped_mm") << "forward of " << t << " tokens";
     EXPECT_EQ(m.experts_backend(), "grouped_mm");
@@ -246,12 +252,21 @@ TEST_F(ModelApi, GenerationOnCudaSwitchesForDecodeAndRestores) {
     SamplingOptions s;
     s.max_new_tokens = 4;
     s.stop_on_eos = false;
-    m.generate(std::vector<int32_t>{1, 2, 3, 4}, s);
+    // What get_experts_implementation() reports while each token streams: the running backend, as the seed says
+    // (the first token comes from the prefill, the rest from the decode phase).
+    std::vector<std::string> reported;
+    m.generate(std::vector<int32_t>{1, 2, 3, 4}, s, [&](int32_t, const std::string&) {
+        reported.push_back(m.get_experts_implementation().at(""));
+        EXPECT_EQ(m.experts_backend(), reported.back());
+        return true;
+    });
+    EXPECT_EQ(reported, (std::vector<std::string>{"grouped_mm", "batched_mm", "batched_mm", "batched_mm"}));
     ASSERT_EQ(seen.size(), 4u);  // prefill + 3 decode steps
     ASSERT_FALSE(seen.empty());
     EXPECT_EQ(seen.front(), std::make_pair(int64_t(4), std::string("grouped_mm")));  // prefill
     for (size_t i = 1; i < seen.size(); ++i) EXPECT_EQ(seen[i].second, "batched_mm") << "decode forward " << i;
     EXPECT_EQ(m.experts_backend(), "grouped_mm");
+    EXPECT_EQ(m.get_experts_implementation().at(""), "grouped_mm");
     // Cancelled and failing generations restore it too; eager is left alone.
     m.generate(std::vector<int32_t>{1, 2}, s, [](int32_t, const std::string&) { return false; });
     EXPECT_EQ(m.experts_backend(), "grouped_mm");

@@ -1,6 +1,7 @@
-// The CPU Ops of the model runtime (src/model/ops/cpu_*.cpp) and make_rope_table (src/model/ops/rope_table.cpp): each op against
-// a float64 reference written here, on fresh random data, outputs poisoned with NaN, f32 and bf16, row-strided views
-// (sub-blocks of wider rows, whose padding must stay untouched); rope tables against numbers from transformers.
+// The CPU Ops of the model runtime (src/model/ops/cpu_*.cpp) and make_rope_table (src/model/ops/rope_table.cpp): each
+// op against a float64 reference written here, on fresh random data, outputs poisoned with NaN, f32 and bf16,
+// row-strided views (sub-blocks of wider rows, whose padding must stay untouched); rope tables against numbers from
+// transformers.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -173,12 +174,43 @@ TEST(ModelOpsCpu, RopeRotatesHalfOverTheRotaryDims) {
                             }
                             ref[size_t(t * heads * D + c)] = y;
                         }
-                ops->rope(x.v, D, pos0, tab);
+                ops->qk_norm_rope(x.v, heads, D, {}, {}, 1e-6, pos0, tab);  // no norms: the rotation alone
                 EXPECT_TRUE(close(x, ref, name(dt) + " rotary_dim " + std::to_string(tab.rotary_dim)));
                 for (int64_t t = 0; t < T; ++t)  // pass-through dims are untouched
                     for (int64_t i = tab.rotary_dim; i < D; ++i)
                         EXPECT_EQ(get(x.v, t, i), ref[size_t(t * heads * D + i)]);
             }
+}
+
+// qk_norm_rope with Qwen3's per-head norms: each q head normed with q_norm, each k head with k_norm, then rotated.
+TEST(ModelOpsCpu, QkNormRopeNormsEachHeadThenRotates) {
+    auto ops = make_cpu_ops(2);
+    std::mt19937_64 rng(11);
+    const RopeTable tab = make_rope_table(RopeConfig{}, 16);
+    const double eps = 1e-6;
+    for (DType dt : kDtypes) {
+        const int64_t T = 3, D = 16, nq = 4, nkv = 2, half = D / 2, pos0 = 5, W = (nq + nkv) * D;
+        Mat x = random_mat(dt, T, W, rng, 3, 2.0), qn = random_mat(dt, 1, D, rng), kn = random_mat(dt, 1, D, rng);
+        std::vector<double> normed(size_t(T * W)), ref(size_t(T * W));
+        for (int64_t t = 0; t < T; ++t)
+            for (int64_t h = 0; h < nq + nkv; ++h) {
+                const Mat& w = h < nq ? qn : kn;
+                double ss = 0;
+                for (int64_t i = 0; i < D; ++i) ss += get(x.v, t, h * D + i) * get(x.v, t, h * D + i);
+                const double r = 1.0 / std::sqrt(ss / double(D) + eps);
+                for (int64_t i = 0; i < D; ++i)
+                    normed[size_t(t * W + h * D + i)] = get(w.v, 0, i) * get(x.v, t, h * D + i) * r;
+                for (int64_t i = 0; i < D; ++i) {
+                    const int64_t f = i % half;
+                    const double a = double(pos0 + t) * tab.inv_freq[size_t(f)];
+                    const double x1 = normed[size_t(t * W + h * D + f)], x2 = normed[size_t(t * W + h * D + half + f)];
+                    ref[size_t(t * W + h * D + i)] =
+                        i < half ? x1 * std::cos(a) - x2 * std::sin(a) : x2 * std::cos(a) + x1 * std::sin(a);
+                }
+            }
+        ops->qk_norm_rope(x.v, nq, D, vec_view(qn), vec_view(kn), eps, pos0, tab);
+        EXPECT_TRUE(close(x, ref, name(dt) + " qk_norm_rope"));
+    }
 }
 
 // q, k, v are column blocks of one fused (T, (nq + 2 nkv) D) row, as the model's qkv projection writes them.
@@ -334,7 +366,7 @@ TEST(ModelOpsCpu, GatedActRoundsTheActivationThenTheProduct) {
         }
 }
 
-TEST(ModelOpsCpu, AddClampSigmoidGateAddEmbed) {
+TEST(ModelOpsCpu, AddRmsNormClampSigmoidGateAddEmbed) {
     auto ops = make_cpu_ops(2);
     std::mt19937_64 rng(6);
     for (DType dt : kDtypes) {
@@ -355,8 +387,18 @@ TEST(ModelOpsCpu, AddClampSigmoidGateAddEmbed) {
         EXPECT_TRUE(close(c, clamped, name(dt) + " clamp"));
         ops->sigmoid_gate_add(gate.v, x.v, b.v);
         EXPECT_TRUE(close(b, gated, name(dt) + " sigmoid_gate_add"));
-        ops->add(a.v, x.v, a.v);  // out aliases a
-        EXPECT_TRUE(close(a, sum, name(dt) + " add"));
+        // add_rms_norm: the sum (into a) and the norm of the rounded sum; the sum rounds as one op would.
+        Mat w = random_mat(dt, 1, H, rng), normed = make_mat(dt, T, H, 1);
+        ops->add_rms_norm(a.v, x.v, a.v, vec_view(w), 1e-6, normed.v);  // sum aliases a
+        EXPECT_TRUE(close(a, sum, name(dt) + " add_rms_norm sum"));
+        std::vector<double> norm_ref(size_t(T * H));
+        for (int64_t t = 0; t < T; ++t) {
+            double ss = 0;
+            for (int64_t h = 0; h < H; ++h) ss += get(a.v, t, h) * get(a.v, t, h);
+            const double r = 1.0 / std::sqrt(ss / double(H) + 1e-6);
+            for (int64_t h = 0; h < H; ++h) norm_ref[size_t(t * H + h)] = get(w.v, 0, h) * get(a.v, t, h) * r;
+        }
+        EXPECT_TRUE(close(normed, norm_ref, name(dt) + " add_rms_norm norm"));
 
         Mat table = random_mat(dt, 9, H, rng);
         const int32_t tok[] = {3, 0, 8, 3};
@@ -403,7 +445,10 @@ TEST(ModelOpsCpu, RejectsBadArguments) {
     Mat out = make_mat(DType::kF32, 2, 3);
     EXPECT_THROW(ops->linear(x.v, w.v, {}, out.v), Error);  // K mismatch
     EXPECT_THROW(ops->rms_norm(x.v, vec_view(random_mat(DType::kF32, 1, 3, rng)), 1e-6, x.v), Error);
-    EXPECT_THROW(ops->rope(x.v, 3, 0, make_rope_table(RopeConfig{}, 8)), Error);
+    EXPECT_THROW(ops->qk_norm_rope(x.v, 1, 3, {}, {}, 1e-6, 0, make_rope_table(RopeConfig{}, 8)), Error);
+    EXPECT_THROW(ops->qk_norm_rope(x.v, 3, 8, {}, {}, 1e-6, 0, make_rope_table(RopeConfig{}, 8)), Error);  // 1 head
+    EXPECT_THROW(ops->add_rms_norm(x.v, out.v, x.v, vec_view(random_mat(DType::kF32, 1, 8, rng)), 1e-6, x.v),
+                 Error);  // shapes differ
     Mat kc = make_mat(DType::kF32, 2, 8);
     const AttentionShape shape{1, 1, 8, 0, 0.35f};
     EXPECT_THROW(ops->attention(x.v, x.v, x.v, kc.v, kc.v, 1, shape, out.v), Error);  // cache too short

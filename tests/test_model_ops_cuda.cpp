@@ -30,21 +30,20 @@ TEST(ModelOpsCudaBuild, WithoutCudaTheFactoryRefuses) {
 TEST(ModelOpsCudaChoice, KernelChoiceFollowsShapeAndAlignment) {
     namespace cm = cuda::model;
     auto* p = reinterpret_cast<void*>(uintptr_t(1) << 20);  // 16-byte aligned, never dereferenced
-    cm::LinearArgs l{p, p, nullptr, p, 1, 151936, 2048, 2048, 151936, cuda::ActDType::kBF16, true};
+    cm::LinearArgs l{p, p, nullptr, p, 1, 151936, 2048, 2048, 151936, DType::kBF16, true};
     EXPECT_EQ(cm::choose_linear_kernel(l), cm::LinearKernel::kGemv);
     l.T = 5;
     EXPECT_EQ(cm::choose_linear_kernel(l), cm::LinearKernel::kCublasLt);
     l.T = 1, l.K = 2047;
     EXPECT_EQ(cm::choose_linear_kernel(l), cm::LinearKernel::kCublasLt);
     // qwen3-30b-a3b: 32 q heads, 4 kv heads, head_dim 128, q/k/v views into the fused qkv row of 5120.
-    cm::AttentionArgs a{
-        p, p, p, p, p, p, 5120, 5120, 5120, 4096, 1, 100, 4096, 32, 4, 128, 0, 0.088f, cuda::ActDType::kBF16};
+    cm::AttentionArgs a{p, p, p, p, p, p, 5120, 5120, 5120, 4096, 1, 100, 4096, 32, 4, 128, 0, 0.088f, DType::kBF16};
     EXPECT_EQ(cm::choose_attention_kernel(a), cm::AttentionKernel::kDecode);
     a.T = 2;
     EXPECT_EQ(cm::choose_attention_kernel(a), cm::AttentionKernel::kDecode);
     a.T = 3;  // 24 query rows per kv head
     EXPECT_EQ(cm::choose_attention_kernel(a), cm::AttentionKernel::kFlash);
-    a.dtype = cuda::ActDType::kF32;
+    a.dtype = DType::kF32;
     EXPECT_EQ(cm::choose_attention_kernel(a), cm::AttentionKernel::kGeneric);
     a.T = 1, a.D = 96;
     EXPECT_EQ(cm::choose_attention_kernel(a), cm::AttentionKernel::kGeneric);
@@ -123,14 +122,13 @@ TEST_P(ModelOpsCudaOps, RmsNormOverRowsAndGroups) {
     }
 }
 
-// The residual add held until the norm of its sum (one launch), as a decoder layer does twice.
-TEST_P(ModelOpsCudaOps, ResidualAddThenNormIsFused) {
+// The residual add and the norm of its sum in one launch, as a decoder layer ends twice.
+TEST_P(ModelOpsCudaOps, AddRmsNorm) {
     for (const int64_t W : {2048, 136, 100}) {
         const int64_t T = 3;
         const Mat h = random_mat(T, W, dt(), rng_), o = random_mat(T, W, dt(), rng_), w = random_mat(1, W, dt(), rng_);
         const Mat x = poisoned(T, W, dt());
-        ops_->add(h.view(), o.view(), h.view());
-        ops_->rms_norm(h.view(), w.vec(), 1e-6, x.view());
+        ops_->add_rms_norm(h.view(), o.view(), h.view(), w.vec(), 1e-6, x.view());
         ops_->synchronize();
         std::vector<double> sum(h.host.size());
         for (size_t i = 0; i < sum.size(); ++i) sum[i] = round_to(h.host[i] + o.host[i], dt());
@@ -168,16 +166,14 @@ model::RopeTable table_for(int64_t rotary_dim, double theta, float scaling) {
     return r;
 }
 
-// Qwen3's attention input: per-head q_norm and k_norm in place on the fused qkv rows, then rope of q and k heads
-// (held norms + rope = one launch). v must come through untouched.
-TEST_P(ModelOpsCudaOps, QkNormThenRopeOnFusedRows) {
+// Qwen3's attention input: per-head q_norm and k_norm in place on the fused qkv rows, then rope of q and k heads,
+// one launch. v must come through untouched.
+TEST_P(ModelOpsCudaOps, QkNormRopeOnFusedRows) {
     const int64_t T = 5, nq = 4, nkv = 2, D = 64, W = (nq + 2 * nkv) * D, pos0 = 11;
     const Mat qkv = random_mat(T, W, dt(), rng_, 2.0);
     const Mat qw = random_mat(1, D, dt(), rng_), kw = random_mat(1, D, dt(), rng_);
     const auto rope = table_for(D, 1e6, 1.0f);
-    ops_->rms_norm(qkv.block(0, nq * D), qw.vec(), 1e-6, qkv.block(0, nq * D));
-    ops_->rms_norm(qkv.block(nq * D, nkv * D), kw.vec(), 1e-6, qkv.block(nq * D, nkv * D));
-    ops_->rope(qkv.block(0, (nq + nkv) * D), D, pos0, rope);
+    ops_->qk_norm_rope(qkv.block(0, (nq + nkv) * D), nq, D, qw.vec(), kw.vec(), 1e-6, pos0, rope);
     ops_->synchronize();
     std::vector<double> ref = rms_ref(qkv, 0, nq * D, qw, 1e-6, qkv.host);
     ref = rms_ref(qkv, nq * D, nkv * D, kw, 1e-6, ref);
@@ -185,8 +181,8 @@ TEST_P(ModelOpsCudaOps, QkNormThenRopeOnFusedRows) {
     EXPECT_TRUE(close_to(qkv, ref));
 }
 
-// A held head norm that no rope absorbs is launched by the next call; partial rotary with attention scaling.
-TEST_P(ModelOpsCudaOps, HeldNormFlushesAndPartialRope) {
+// An in-place per-head norm on its own; partial rotary with attention scaling and no norms.
+TEST_P(ModelOpsCudaOps, HeadNormAloneAndPartialRope) {
     const int64_t T = 3, heads = 6, D = 64;
     const Mat x = random_mat(T, heads * D, dt(), rng_), w = random_mat(1, D, dt(), rng_);
     ops_->rms_norm(x.view(), w.vec(), 1e-5, x.view());
@@ -196,7 +192,7 @@ TEST_P(ModelOpsCudaOps, HeldNormFlushesAndPartialRope) {
 
     const Mat y = random_mat(T, heads * D, dt(), rng_);
     const auto rope = table_for(32, 1e4, 1.25f);
-    ops_->rope(y.view(), D, 3000, rope);
+    ops_->qk_norm_rope(y.view(), heads, D, {}, {}, 1e-6, 3000, rope);
     ops_->synchronize();
     ref = y.host;
     rope_ref(ref, heads * D, T, 0, heads, D, 3000, rope, dt());
@@ -234,8 +230,9 @@ TEST_P(ModelOpsCudaOps, ElementwiseOps) {
     for (const int64_t W : {40, 13}) {  // 16-byte vectors; scalar
         const int64_t T = 3;
         const Mat a = random_mat(T, W, dt(), rng_), b = random_mat(T, W, dt(), rng_);
-        Mat out = poisoned(T, W, dt());
-        ops_->add(a.view(), b.view(), out.view());
+        Mat out = poisoned(T, W, dt()), normed = poisoned(T, W, dt());
+        const Mat w = random_mat(1, W, dt(), rng_);
+        ops_->add_rms_norm(a.view(), b.view(), out.view(), w.vec(), 1e-6, normed.view());
         ops_->synchronize();
         std::vector<double> ref(size_t(T * W));
         for (size_t i = 0; i < ref.size(); ++i) ref[i] = round_to(a.host[i] + b.host[i], dt());

@@ -1,5 +1,5 @@
-// CUDA attention (src/model/ops/cuda_ops.cpp -> cuda/model/attention*.cu) against a float64 reference: the split-K decode
-// kernel (one and many splits, several head sizes, sliding window), the bf16 flash kernel and the generic kernel
+// CUDA attention (src/model/ops/cuda_ops.cpp -> cuda/model/attention*.cu) against a float64 reference: the split-K
+// decode kernel (one and many splits, several head sizes, sliding window), the bf16 flash kernel and the generic kernel
 // (fresh and chunked prefill), the qwen3-30b-a3b head layout; the cache rows written, and nothing past them read.
 #include <gtest/gtest.h>
 
@@ -114,8 +114,8 @@ TEST_P(ModelOpsCudaAttention, MatchesReferenceAndWritesTheCache) {
                 worst = std::max(worst, err / bound);
                 if (!(err <= bound)) ++bad;
             }
-            EXPECT_EQ(bad, 0) << c.name << " run " << rep << ": values beyond the bf16 flash bound (worst "
-                              << worst << "x the bound)";
+            EXPECT_EQ(bad, 0) << c.name << " run " << rep << ": values beyond the bf16 flash bound (worst " << worst
+                              << "x the bound)";
         } else {
             EXPECT_TRUE(close_to(out, ref)) << c.name << " run " << rep;
         }

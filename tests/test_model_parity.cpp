@@ -97,7 +97,8 @@ TEST_P(ModelParity, GreedyTokensMatchTransformers) {
             EXPECT_EQ(r.new_ids, want) << "prompt: " << text;
         } else {
             // bf16: rounding order may differ from PyTorch's; the first tokens must still agree.
-            const size_t n = std::min<size_t>(p.value("equal_prefix", expected.value("bf16_exact_prefix", 4)), want.size());
+            const size_t n =
+                std::min<size_t>(p.value("equal_prefix", expected.value("bf16_exact_prefix", 4)), want.size());
             ASSERT_GE(r.new_ids.size(), n);
             EXPECT_EQ(std::vector<int32_t>(r.new_ids.begin(), r.new_ids.begin() + long(n)),
                       std::vector<int32_t>(want.begin(), want.begin() + long(n)))

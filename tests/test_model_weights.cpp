@@ -282,7 +282,6 @@ TEST(ModelWeights, CudaRefusedWithoutCuda) {
 
 // ---- errors: each names the file and the tensor ----
 
-
 void edit(const Checkpoint& ck, const std::string& file, const std::function<void(std::vector<test::RawTensor>&)>& f) {
     test::edit_safetensors((fs::path(ck.dir) / file).string(), f);
 }

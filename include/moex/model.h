@@ -2,7 +2,7 @@
 // checkpoint) loaded for inference on the CPU or a CUDA GPU, with its experts run by a named backend.
 // The experts_implementation API mirrors transformers':
 //   from_pretrained(dir, {.experts_implementation = ExpertsImplementation::name("batched_mm")})
-//   from_pretrained(dir, {.experts_implementation = ExpertsImplementation::per_config({{"text_config", "eager"}})})
+//   from_pretrained(dir, {.experts_implementation = ExpertsImplementation::per_config_map({{"text_config", "eager"}})})
 //   set_experts_implementation(...)   switches at run time, without reloading
 //   get_experts_implementation()      {"": top-level value, "<sub_config>": value, ...}
 // The default is grouped_mm. Names are checked against ExpertsInterface::global() (user backends included).
@@ -29,7 +29,9 @@ struct ExpertsImplementation {
     std::map<std::string, std::string> per_config;
 
     static ExpertsImplementation name(std::string n) { return {std::move(n), {}}; }
-    static ExpertsImplementation per_config_map(std::map<std::string, std::string> m) { return {std::nullopt, std::move(m)}; }
+    static ExpertsImplementation per_config_map(std::map<std::string, std::string> m) {
+        return {std::nullopt, std::move(m)};
+    }
     // "grouped_mm" or "text_config=eager,=batched_mm" (the command line's spelling; "" key written as empty).
     static ExpertsImplementation parse(const std::string& text);
     bool empty() const { return !all && per_config.empty(); }
@@ -43,10 +45,10 @@ struct ModelOptions {
     int device_index = 0;
     std::optional<DType> dtype;  // f32 | bf16; default: the checkpoint's dtype (f16 checkpoints run in f32 on CPU)
     ExpertsImplementation experts_implementation;  // empty: config.json's value, else grouped_mm
-    int num_threads = 0;         // CPU threads; 0 = all
-    bool progress = true;        // loading progress bar on stderr when it is a terminal
-    bool load_tokenizer = true;  // read tokenizer.json when the directory has one
-    int64_t max_context = 0;     // KV-cache rows; 0 = max_position_embeddings (capped at 32768)
+    int num_threads = 0;                           // CPU threads; 0 = all
+    bool progress = true;                          // loading progress bar on stderr when it is a terminal
+    bool load_tokenizer = true;                    // read tokenizer.json when the directory has one
+    int64_t max_context = 0;                       // KV-cache rows; 0 = max_position_embeddings (capped at 32768)
 };
 
 struct SamplingOptions {
@@ -62,7 +64,7 @@ struct SamplingOptions {
 struct GenerationResult {
     std::vector<int32_t> prompt_ids;
     std::vector<int32_t> new_ids;
-    std::string text;                  // decoded new tokens (when the model has a tokenizer)
+    std::string text;  // decoded new tokens (when the model has a tokenizer)
     bool stopped_on_eos = false;
     double prefill_seconds = 0, decode_seconds = 0;
     double prefill_tokens_per_second() const;
@@ -83,9 +85,10 @@ class Model {
     DType dtype() const;
     const Tokenizer* tokenizer() const;  // nullptr without tokenizer.json
 
-    // transformers' semantics (hf-experts-reference.md §3): unknown names are rejected listing the valid ones; a name
-    // that cannot run on this model's device is rejected with the backend's reason; switching into or out of
-    // deepgemm_megamoe at run time is refused.
+    // transformers' semantics: unknown names are rejected listing the valid ones; a name that cannot run on this
+    // model's device is rejected with the backend's reason; switching into or out of a load-time backend
+    // (deepgemm_megamoe) at run time is refused. During generate()'s decode phase get_experts_implementation() and
+    // experts_backend() report what runs (batched_mm where grouped_mm was chosen, on CUDA).
     void set_experts_implementation(const ExpertsImplementation& impl);
     std::map<std::string, std::string> get_experts_implementation() const;
     // The backend the decoder's MoE layers run now.
@@ -98,8 +101,9 @@ class Model {
     int64_t cache_length() const;
     int64_t max_context() const;
 
-    // Prefill with the prompt, then decode. On CUDA every grouped_mm entry is switched to batched_mm for the decode
-    // loop and restored afterwards (also when on_token throws or returns false to cancel); on the CPU nothing switches.
+    // Prefill with the prompt, then decode. On CUDA every grouped_mm entry runs batched_mm for the decode loop and
+    // grouped_mm again afterwards (also when on_token throws or returns false to cancel); on the CPU nothing switches.
+    // A set_experts_implementation() from on_token applies from the next token on and stays after the call.
     GenerationResult generate(const std::vector<int32_t>& prompt_ids, const SamplingOptions& sampling,
                               const std::function<bool(int32_t id, const std::string& text)>& on_token = {});
     GenerationResult generate(const std::string& prompt, const SamplingOptions& sampling,

@@ -18,8 +18,10 @@ ExpertsImplementation ExpertsImplementation::parse(const std::string& text) {
         const std::string item = text.substr(start, comma - start);
         const size_t eq = item.find('=');
         MOEX_REQUIRE(eq != std::string::npos && eq + 1 < item.size(), ErrorCode::kInvalidArgument,
-                     "experts implementation `" + text + "`: expected NAME or KEY=NAME,... (KEY empty for the top "
-                     "level), got item `" + item + "`");
+                     "experts implementation `" + text +
+                         "`: expected NAME or KEY=NAME,... (KEY empty for the top "
+                         "level), got item `" +
+                         item + "`");
         const std::string key = item.substr(0, eq);
         MOEX_REQUIRE(!out.per_config.count(key), ErrorCode::kInvalidArgument,
                      "experts implementation `" + text + "`: key `" + key + "` given twice");
@@ -43,7 +45,10 @@ std::map<std::string, std::string> decode_experts_implementation(const std::map<
 namespace moex::model {
 namespace {
 
-constexpr const char* kMegaMoe = "deepgemm_megamoe";
+bool load_time_only(const std::string& name) {
+    const Backend* b = ExpertsInterface::global().find(name);
+    return b != nullptr && b->load_time_only();
+}
 
 }  // namespace
 
@@ -61,24 +66,39 @@ ExpertsImplementationState::ExpertsImplementationState(std::vector<std::string> 
     std::map<std::string, std::string> wanted;
     if (!requested.empty()) {
         for (const auto& key : keys_) {
-            if (requested.all) wanted[key] = *requested.all;
-            else if (auto it = requested.per_config.find(key); it != requested.per_config.end()) wanted[key] = it->second;
+            if (requested.all)
+                wanted[key] = *requested.all;
+            else if (auto it = requested.per_config.find(key); it != requested.per_config.end())
+                wanted[key] = it->second;
         }
         for (const auto& [key, value] : requested.per_config)
-            MOEX_REQUIRE(std::find(keys_.begin(), keys_.end(), key) != keys_.end(), ErrorCode::kInvalidArgument,
-                         "experts implementation: `" + key + "` is not a sub-config of this model; valid keys: \"\"" +
-                             [&] { std::string s; for (size_t i = 1; i < keys_.size(); ++i) s += ", " + keys_[i]; return s; }());
+            MOEX_REQUIRE(
+                std::find(keys_.begin(), keys_.end(), key) != keys_.end(), ErrorCode::kInvalidArgument,
+                "experts implementation: `" + key + "` is not a sub-config of this model; valid keys: \"\"" + [&] {
+                    std::string s;
+                    for (size_t i = 1; i < keys_.size(); ++i) s += ", " + keys_[i];
+                    return s;
+                }());
     } else {
         for (const auto& [key, value] : in_file)
             if (std::find(keys_.begin(), keys_.end(), key) != keys_.end()) wanted[key] = value;
         if (auto it = wanted.find(""); it != wanted.end() && in_file.size() == 1)  // a plain string in config.json
             for (const auto& key : keys_) wanted[key] = it->second;
     }
+    std::map<std::string, std::string> values;
     for (const auto& key : keys_) {
         auto it = wanted.find(key);
-        values_[key] = checked(it == wanted.end() ? kDefaultExpertsImplementation : it->second);
+        values[key] = checked(it == wanted.end() ? kDefaultExpertsImplementation : it->second);
     }
+    assign(std::move(values));
 }
+
+void ExpertsImplementationState::assign(std::map<std::string, std::string> values) {
+    decode_values_ = decode_experts_implementation(values, device_);
+    values_ = std::move(values);
+}
+
+const Backend& ExpertsImplementationState::backend() const { return ExpertsInterface::global().get(decoder_backend()); }
 
 std::string ExpertsImplementationState::checked(const std::string& name) const {
     const auto& registry = ExpertsInterface::global();
@@ -95,31 +115,33 @@ std::string ExpertsImplementationState::checked(const std::string& name) const {
 void ExpertsImplementationState::set(const ExpertsImplementation& impl) {
     const std::string& top = values_.at("");
     std::string requested_top = top;
-    if (impl.all) requested_top = *impl.all;
-    else if (auto it = impl.per_config.find(""); it != impl.per_config.end()) requested_top = it->second;
+    if (impl.all)
+        requested_top = *impl.all;
+    else if (auto it = impl.per_config.find(""); it != impl.per_config.end())
+        requested_top = it->second;
     for (const auto& [key, value] : impl.per_config)
         MOEX_REQUIRE(std::find(keys_.begin(), keys_.end(), key) != keys_.end(), ErrorCode::kInvalidArgument,
                      "set_experts_implementation: `" + key + "` is not a sub-config of this model");
-    // The megamoe guard: a load-time choice, never switched into or out of.
+    // The load-time guard (deepgemm_megamoe): never switched into or out of at run time.
     auto next = values_;
     next[""] = requested_top;
     for (size_t i = 1; i < keys_.size(); ++i) {
         const auto& key = keys_[i];
-        if (impl.all) next[key] = *impl.all;
-        else if (auto it = impl.per_config.find(key); it != impl.per_config.end()) next[key] = it->second;
+        if (impl.all)
+            next[key] = *impl.all;
+        else if (auto it = impl.per_config.find(key); it != impl.per_config.end())
+            next[key] = it->second;
     }
     for (const auto& [key, value] : next) {
-        const bool was = values_.at(key) == kMegaMoe, will = value == kMegaMoe;
-        MOEX_REQUIRE(was == will, ErrorCode::kUnsupported,
-                     "deepgemm_megamoe is chosen at load time: switching " + std::string(was ? "out of" : "into") +
-                         " it at run time is not supported (load the model again with the backend you want)");
+        const std::string& now = values_.at(key);
+        if (value == now) continue;
+        for (const std::string* name : {&now, &value})
+            MOEX_REQUIRE(!load_time_only(*name), ErrorCode::kUnsupported,
+                         *name + " is chosen at load time: switching " + (name == &now ? "out of" : "into") +
+                             " it at run time is not supported (load the model again with the backend you want)");
     }
     for (auto& [key, value] : next) value = checked(value);
-    values_ = std::move(next);
-}
-
-void ExpertsImplementationState::restore(const std::map<std::string, std::string>& m) {
-    set(ExpertsImplementation::per_config_map(m));
+    assign(std::move(next));
 }
 
 }  // namespace moex::model

@@ -1,12 +1,13 @@
-// The experts_implementation state of a model, with transformers' semantics (hf-experts-reference.md §3):
+// The experts_implementation state of a model, with transformers' semantics (docs/design.md, "The model runtime"):
 // a map {"": top level, "<sub_config>": value, ...}, the config setter's recursive rule, name validation against
-// ExpertsInterface::global() (user backends included), the device check, the megamoe guard and the decode-stage map.
+// ExpertsInterface::global() (user backends included), the device check, the load-time guard and the decode phase.
 #pragma once
 
 #include <map>
 #include <string>
 #include <vector>
 
+#include "moex/backend.h"
 #include "moex/dtype.h"
 #include "moex/model.h"
 
@@ -22,18 +23,35 @@ class ExpertsImplementationState {
                                const ExpertsImplementation& requested,
                                const std::vector<std::pair<std::string, std::string>>& in_file);
 
-    void set(const ExpertsImplementation& impl);                // Model::set_experts_implementation
-    void restore(const std::map<std::string, std::string>& m);  // set() of a snapshot (no megamoe guard on equal)
-    const std::map<std::string, std::string>& get() const { return values_; }
-    const std::string& decoder_backend() const { return values_.at(decoder_key_); }
+    void set(const ExpertsImplementation& impl);  // Model::set_experts_implementation
+
+    // generate()'s decode phase: while it lasts, get() reports the decode map (transformers' switch: on a non-CPU
+    // device every grouped_mm entry runs batched_mm) and backend() is the decoder's entry of it. The values set()
+    // chose are never rewritten, so ending the phase cannot fail.
+    class DecodePhase {
+       public:
+        explicit DecodePhase(ExpertsImplementationState& s) : s_(s) { s_.decoding_ = true; }
+        ~DecodePhase() { s_.decoding_ = false; }
+        DecodePhase(const DecodePhase&) = delete;
+        DecodePhase& operator=(const DecodePhase&) = delete;
+
+       private:
+        ExpertsImplementationState& s_;
+    };
+
+    const std::map<std::string, std::string>& get() const { return decoding_ ? decode_values_ : values_; }
+    const std::string& decoder_backend() const { return get().at(decoder_key_); }
+    const Backend& backend() const;  // the registry's backend of decoder_backend()
 
    private:
     std::string checked(const std::string& name) const;  // validated name (errors list the valid ones)
+    void assign(std::map<std::string, std::string> values);
 
     std::vector<std::string> keys_;  // "" first, then the sub-config keys
     std::string decoder_key_;
     Device device_;
-    std::map<std::string, std::string> values_;
+    std::map<std::string, std::string> values_, decode_values_;
+    bool decoding_ = false;
 };
 
 }  // namespace moex::model

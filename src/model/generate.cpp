@@ -1,4 +1,4 @@
-// Model::generate: prefill, then the decode loop under transformers' decode-stage switch (on a non-CPU device every
+// Model::generate: prefill, then the decode loop in the decode phase (transformers' switch: on a non-CPU device every
 // grouped_mm entry runs batched_mm until the loop ends, however it ends), with streamed text and timings.
 #include <algorithm>
 #include <chrono>
@@ -13,32 +13,6 @@ namespace {
 double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
-
-// RAII: switches to the decode map on construction when it differs, restores the snapshot on destruction.
-class DecodeSwitch {
-   public:
-    DecodeSwitch(model::ExpertsImplementationState& state, Device device) : state_(state) {
-        const auto& now = state.get();
-        auto next = decode_experts_implementation(now, device);
-        if (next != now) {
-            original_ = now;
-            state_.restore(next);
-        }
-    }
-    ~DecodeSwitch() {
-        if (original_.empty()) return;
-        try {
-            state_.restore(original_);  // the names that were valid before the loop: validation cannot fail
-        } catch (...) {
-        }
-    }
-    DecodeSwitch(const DecodeSwitch&) = delete;
-    DecodeSwitch& operator=(const DecodeSwitch&) = delete;
-
-   private:
-    model::ExpertsImplementationState& state_;
-    std::map<std::string, std::string> original_;
-};
 
 }  // namespace
 
@@ -64,8 +38,8 @@ GenerationResult Model::generate(const std::vector<int32_t>& prompt_ids, const S
     MOEX_REQUIRE(!prompt_ids.empty(), ErrorCode::kInvalidArgument, "generate: the prompt has no tokens");
     MOEX_REQUIRE(int64_t(prompt_ids.size()) < m.max_context, ErrorCode::kInvalidArgument,
                  "the prompt has " + std::to_string(prompt_ids.size()) + " tokens; the model's context (max_context " +
-                     std::to_string(m.max_context) + ") leaves room for at most " +
-                     std::to_string(m.max_context - 1) + " prompt tokens");
+                     std::to_string(m.max_context) + ") leaves room for at most " + std::to_string(m.max_context - 1) +
+                     " prompt tokens");
     MOEX_REQUIRE(sampling.max_new_tokens >= 0, ErrorCode::kInvalidArgument, "max_new_tokens must be >= 0");
     const bool greedy = sampling.temperature <= 0;
     std::optional<model::Sampler> sampler;
@@ -95,16 +69,18 @@ GenerationResult Model::generate(const std::vector<int32_t>& prompt_ids, const S
     reset();
     if (sampling.max_new_tokens == 0) return r;
     const auto t0 = std::chrono::steady_clock::now();
-    m.forward_to_logits(prompt_ids);
+    m.forward_to_logits(prompt_ids, m.experts->backend());
     const int32_t first = pick();
     r.prefill_seconds = seconds_since(t0);
     const auto t1 = std::chrono::steady_clock::now();
     emit(first);
     {
-        DecodeSwitch decode(*m.experts, m.options.device);
+        // The decode phase: the backend of each step is the decode map's (a set_experts_implementation from on_token
+        // takes effect at the next step and stays after the call; transformers would restore the old choice).
+        const model::ExpertsImplementationState::DecodePhase decode(*m.experts);
         int32_t last = first;
         while (!stop && int64_t(r.new_ids.size()) < sampling.max_new_tokens && m.cache_length < m.max_context) {
-            m.forward_to_logits({last});
+            m.forward_to_logits({last}, m.experts->backend());
             last = pick();
             emit(last);
         }

@@ -8,7 +8,7 @@
 #include "moex/backend.h"
 #include "moex/error.h"
 #include "src/model/model_impl.h"
-#include "src/model/views.h"
+#include "src/model/ops/views.h"
 
 namespace moex {
 
@@ -21,8 +21,9 @@ namespace {
 DType run_dtype(const ModelConfig& config, const ModelOptions& options) {
     if (options.dtype) {
         MOEX_REQUIRE(*options.dtype == DType::kF32 || *options.dtype == DType::kBF16, ErrorCode::kInvalidArgument,
-                     "model dtype " + std::string(dtype_name(*options.dtype)) + " is not supported; use float32 or "
-                     "bfloat16");
+                     "model dtype " + std::string(dtype_name(*options.dtype)) +
+                         " is not supported; use float32 or "
+                         "bfloat16");
         return *options.dtype;
     }
     return config.torch_dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;  // f16 checkpoints run in f32
@@ -84,7 +85,7 @@ int64_t Model::cache_length() const { return impl_->cache_length; }
 int64_t Model::max_context() const { return impl_->max_context; }
 
 std::vector<float> Model::forward(const std::vector<int32_t>& ids) {
-    impl_->forward_to_logits(ids);
+    impl_->forward_to_logits(ids, impl_->experts->backend());
     std::vector<float> logits(size_t(impl_->config.vocab_size));
     impl_->ops->logits_to_host(impl_->scratch.logits.view(), logits.data());
     return logits;
@@ -95,8 +96,8 @@ void Model::Impl::ensure_scratch(int64_t rows) {
     const ModelConfig& c = config;
     const Device dev = options.device;
     const int64_t H = c.hidden_size, k = c.num_experts_per_tok;  // > 0: config.json is checked
-    const int64_t wide = std::max({2 * c.moe_intermediate_size, 2 * c.intermediate_size,
-                                   2 * c.shared_expert_intermediate_size, int64_t(2)});
+    const int64_t wide = std::max(
+        {2 * c.moe_intermediate_size, 2 * c.intermediate_size, 2 * c.shared_expert_intermediate_size, int64_t(2)});
     Scratch s;
     s.rows = rows;
     s.x = model::buffer(dtype, rows, H, dev);
@@ -130,79 +131,95 @@ void gated_mlp(model::Ops& ops, const TensorView& x, const DeviceTensor& gate_up
 
 }  // namespace
 
-void Model::Impl::forward_to_logits(const std::vector<int32_t>& ids) {
+// The attention half of decoder layer l: h (the normed residual) -> out (T, H), the KV cache of l extended.
+void Model::Impl::attention_block(int64_t l, const TensorView& h, int64_t pos0, const TensorView& out) {
+    const ModelConfig& c = config;
+    const model::LayerWeights& w = weights.layers[size_t(l)];
+    model::Ops& o = *ops;
+    const int64_t T = h.shape[0], D = c.head_dim;
+    const int64_t qw = c.num_attention_heads * D, kw = c.num_key_value_heads * D;
+    const TensorView qkv = first_rows(scratch.qkv, T), attn = first_rows(scratch.attn, T);
+    const TensorView q = column_block(qkv, 0, qw), k = column_block(qkv, qw, kw), v = column_block(qkv, qw + kw, kw);
+    o.linear(h, w.qkv.view(), w.qkv_bias.view(), qkv);
+    // q/k norms: qwen3 norms each head (fused into the rope launch), olmoe whole rows; both come before the clip.
+    const bool fused_norms = c.qk_norm && c.qk_norm_per_head && !c.clip_qkv;
+    if (c.qk_norm && !fused_norms) {
+        o.rms_norm(q, w.q_norm.view(), c.rms_norm_eps, q);
+        o.rms_norm(k, w.k_norm.view(), c.rms_norm_eps, k);
+    }
+    if (c.clip_qkv) {
+        o.clamp(q, float(*c.clip_qkv));
+        o.clamp(k, float(*c.clip_qkv));
+        o.clamp(v, float(*c.clip_qkv));
+    }
+    const TensorView none;
+    o.qk_norm_rope(column_block(qkv, 0, qw + kw), c.num_attention_heads, D, fused_norms ? w.q_norm.view() : none,
+                   fused_norms ? w.k_norm.view() : none, c.rms_norm_eps, pos0, rope);
+    o.attention(q, k, v, k_cache[size_t(l)].view(), v_cache[size_t(l)].view(), pos0, attention, attn);
+    o.linear(attn, w.o_proj.view(), {}, out);
+}
+
+// The MLP half of decoder layer l: h (the normed residual) -> out (T, H), through the experts backend on MoE layers.
+void Model::Impl::mlp_block(int64_t l, const TensorView& h, const Backend& backend, const TensorView& out) {
+    const ModelConfig& c = config;
+    const model::LayerWeights& w = weights.layers[size_t(l)];
+    const Scratch& s = scratch;
+    model::Ops& o = *ops;
+    const int64_t T = h.shape[0];
+    if (!w.is_moe()) return gated_mlp(o, h, w.mlp_gate_up, w.mlp_down, c.hidden_act, s.gate_up, s.act, out);
+    const TensorView logits = first_rows(s.router_logits, T);
+    const TensorView ids = first_rows(s.ids, T), weights_v = first_rows(s.weights, T);  // (T, k)
+    o.linear(h, w.router.view(), {}, logits);
+    o.router_topk(logits, c.num_experts_per_tok, c.norm_topk_prob, ids, weights_v);
+    ExpertsProblem p;
+    p.hidden_states = h;
+    p.top_k_index = ids;
+    p.top_k_weights = weights_v;
+    p.gate_up_proj = w.experts_gate_up.view();
+    p.down_proj = w.experts_down.view();
+    p.activation = c.hidden_act;
+    if (observer) observer(l, std::string(backend.name()), T);
+    backend.run(p, out, o.experts_options());
+    if (w.shared_gate_up.view().defined()) {  // qwen2_moe: out += sigmoid(gate(h)) * shared_mlp(h)
+        const TensorView tmp = first_rows(s.tmp, T), gate = first_rows(s.shared_gate, T);
+        gated_mlp(o, h, w.shared_gate_up, w.shared_down, c.hidden_act, s.gate_up, s.act, tmp);
+        o.linear(h, w.shared_gate.view(), {}, gate);
+        o.sigmoid_gate_add(gate, tmp, out);
+    }
+}
+
+// Each layer ends with one add_rms_norm: the residual add and the norm of the next layer (the final norm after the
+// last layer), so the forward pass names every fusion it relies on.
+void Model::Impl::forward_to_logits(const std::vector<int32_t>& ids, const Backend& backend) {
     const ModelConfig& c = config;
     const int64_t T = int64_t(ids.size());
     MOEX_REQUIRE(T > 0, ErrorCode::kInvalidArgument, "forward: no tokens");
     MOEX_REQUIRE(cache_length + T <= max_context, ErrorCode::kInvalidArgument,
-                 "the sequence would be " + std::to_string(cache_length + T) + " tokens, longer than the model's "
-                 "context of " + std::to_string(max_context) + " tokens (max_context)");
+                 "the sequence would be " + std::to_string(cache_length + T) +
+                     " tokens, longer than the model's "
+                     "context of " +
+                     std::to_string(max_context) + " tokens (max_context)");
     for (int32_t id : ids)
-        MOEX_REQUIRE(id >= 0 && id < c.vocab_size, ErrorCode::kInvalidArgument,
-                     "token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                         std::to_string(c.vocab_size) + ")");
+        MOEX_REQUIRE(
+            id >= 0 && id < c.vocab_size, ErrorCode::kInvalidArgument,
+            "token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
     ensure_scratch(T);
     model::Ops& o = *ops;
-    const Scratch& s = scratch;
-    const int64_t pos0 = cache_length, D = c.head_dim;
-    const int64_t qw = c.num_attention_heads * D, kw = c.num_key_value_heads * D;
-    const TensorView x = first_rows(s.x, T), h = first_rows(s.h, T), tmp = first_rows(s.tmp, T);
-    const TensorView qkv = first_rows(s.qkv, T), attn = first_rows(s.attn, T);
-    const TensorView q = column_block(qkv, 0, qw), k = column_block(qkv, qw, kw), v = column_block(qkv, qw + kw, kw);
-    const std::string& backend_name = experts->decoder_backend();
-    const Backend& backend = ExpertsInterface::global().get(backend_name);
+    const double eps = c.rms_norm_eps;
+    const TensorView x = first_rows(scratch.x, T), h = first_rows(scratch.h, T);
+    const TensorView attn_out = first_rows(scratch.tmp, T), mlp_out = first_rows(scratch.moe_out, T);
 
     o.embed(ids.data(), T, weights.embed.view(), x);
+    o.rms_norm(x, weights.layers[0].input_norm.view(), eps, h);
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-        const model::LayerWeights& w = weights.layers[size_t(l)];
-        // Attention block.
-        o.rms_norm(x, w.input_norm.view(), c.rms_norm_eps, h);
-        o.linear(h, w.qkv.view(), w.qkv_bias.view(), qkv);
-        if (c.qk_norm) {
-            o.rms_norm(q, w.q_norm.view(), c.rms_norm_eps, q);
-            o.rms_norm(k, w.k_norm.view(), c.rms_norm_eps, k);
-        }
-        if (c.clip_qkv) {
-            o.clamp(q, float(*c.clip_qkv));
-            o.clamp(k, float(*c.clip_qkv));
-            o.clamp(v, float(*c.clip_qkv));
-        }
-        o.rope(column_block(qkv, 0, qw + kw), D, pos0, rope);
-        o.attention(q, k, v, k_cache[size_t(l)].view(), v_cache[size_t(l)].view(), pos0, attention, attn);
-        o.linear(attn, w.o_proj.view(), {}, tmp);
-        o.add(x, tmp, x);
-        // MLP block.
-        o.rms_norm(x, w.post_norm.view(), c.rms_norm_eps, h);
-        const TensorView moe_out = first_rows(s.moe_out, T);
-        if (w.is_moe()) {
-            const TensorView logits = first_rows(s.router_logits, T);
-            const TensorView ids_v = first_rows(s.ids, T), w_v = first_rows(s.weights, T);  // (T, k)
-            o.linear(h, w.router.view(), {}, logits);
-            o.router_topk(logits, c.num_experts_per_tok, c.norm_topk_prob, ids_v, w_v);
-            ExpertsProblem p;
-            p.hidden_states = h;
-            p.top_k_index = ids_v;
-            p.top_k_weights = w_v;
-            p.gate_up_proj = w.experts_gate_up.view();
-            p.down_proj = w.experts_down.view();
-            p.activation = c.hidden_act;
-            if (observer) observer(l, backend_name, T);
-            backend.run(p, moe_out, o.experts_options());
-            if (w.shared_gate_up.view().defined()) {
-                gated_mlp(o, h, w.shared_gate_up, w.shared_down, c.hidden_act, s.gate_up, s.act, tmp);
-                const TensorView gate = first_rows(s.shared_gate, T);
-                o.linear(h, w.shared_gate.view(), {}, gate);
-                o.sigmoid_gate_add(gate, tmp, moe_out);
-            }
-        } else {
-            gated_mlp(o, h, w.mlp_gate_up, w.mlp_down, c.hidden_act, s.gate_up, s.act, moe_out);
-        }
-        o.add(x, moe_out, x);
+        attention_block(l, h, cache_length, attn_out);
+        o.add_rms_norm(x, attn_out, x, weights.layers[size_t(l)].post_norm.view(), eps, h);
+        mlp_block(l, h, backend, mlp_out);
+        const bool last = l + 1 == c.num_hidden_layers;
+        const DeviceTensor& next_norm = last ? weights.final_norm : weights.layers[size_t(l) + 1].input_norm;
+        o.add_rms_norm(x, mlp_out, x, next_norm.view(), eps, h);
     }
-    // Only the last position's logits are needed.
-    const TensorView last = row_block(x, T - 1, 1), last_h = row_block(h, T - 1, 1);
-    o.rms_norm(last, weights.final_norm.view(), c.rms_norm_eps, last_h);
-    o.linear(last_h, weights.lm_head.view(), {}, s.logits.view());
+    o.linear(row_block(h, T - 1, 1), weights.lm_head.view(), {}, scratch.logits.view());  // the last position only
     cache_length += T;
 }
 

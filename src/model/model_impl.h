@@ -1,5 +1,5 @@
 // Model::Impl: what a loaded model holds (config, weights, ops, KV cache, scratch, experts state), shared by
-// model.cpp (loading, forward) and generate.cpp (sampling, the decode-stage switch).
+// model.cpp (loading, forward) and generate.cpp (sampling, the decode phase).
 #pragma once
 
 #include <memory>
@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "moex/backend.h"
 #include "moex/device.h"
 #include "moex/model.h"
 #include "src/model/experts_implementation.h"
@@ -40,8 +41,11 @@ struct Model::Impl {
     } scratch;
 
     void ensure_scratch(int64_t rows);
-    // Runs ids through the decoder, leaves the last position's f32 logits in scratch.logits (1, vocab).
-    void forward_to_logits(const std::vector<int32_t>& ids);
+    // Runs ids through the decoder with `backend` in the MoE layers, leaves the last position's f32 logits in
+    // scratch.logits (1, vocab).
+    void forward_to_logits(const std::vector<int32_t>& ids, const Backend& backend);
+    void attention_block(int64_t layer, const TensorView& h, int64_t pos0, const TensorView& out);
+    void mlp_block(int64_t layer, const TensorView& h, const Backend& backend, const TensorView& out);
 };
 
 }  // namespace moex

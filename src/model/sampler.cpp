@@ -11,8 +11,9 @@ namespace moex::model {
 
 Sampler::Sampler(double temperature, int64_t top_k, double top_p, uint64_t seed)
     : temperature_(temperature), top_p_(top_p), top_k_(top_k), rng_(seed) {
-    MOEX_REQUIRE(temperature > 0 && std::isfinite(temperature), ErrorCode::kInvalidArgument,
-                 "temperature must be a positive number for sampling (0 means greedy), got " + std::to_string(temperature));
+    MOEX_REQUIRE(
+        temperature > 0 && std::isfinite(temperature), ErrorCode::kInvalidArgument,
+        "temperature must be a positive number for sampling (0 means greedy), got " + std::to_string(temperature));
     MOEX_REQUIRE(top_k >= 0, ErrorCode::kInvalidArgument, "top_k must be >= 0 (0 = off), got " + std::to_string(top_k));
     MOEX_REQUIRE(top_p > 0 && top_p <= 1, ErrorCode::kInvalidArgument,
                  "top_p must be in (0, 1] (1 = off), got " + std::to_string(top_p));

@@ -32,13 +32,10 @@ bool has_dense_layer(const ModelConfig& c) {
 
 ExpertFieldNames expert_field_names(Architecture arch) {
     switch (arch) {
-        case Architecture::kMixtral:
-            return {"num_local_experts", "intermediate_size"};
-        case Architecture::kOlmoe:
-            return {"num_experts", "intermediate_size"};
+        case Architecture::kMixtral: return {"num_local_experts", "intermediate_size"};
+        case Architecture::kOlmoe: return {"num_experts", "intermediate_size"};
         case Architecture::kQwen2Moe:
-        case Architecture::kQwen3Moe:
-            break;
+        case Architecture::kQwen3Moe: break;
     }
     return {"num_experts", "moe_intermediate_size"};
 }

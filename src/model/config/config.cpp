@@ -11,14 +11,10 @@ namespace moex {
 
 std::string_view architecture_name(Architecture a) {
     switch (a) {
-        case Architecture::kQwen2Moe:
-            return "qwen2_moe";
-        case Architecture::kQwen3Moe:
-            return "qwen3_moe";
-        case Architecture::kMixtral:
-            return "mixtral";
-        case Architecture::kOlmoe:
-            return "olmoe";
+        case Architecture::kQwen2Moe: return "qwen2_moe";
+        case Architecture::kQwen3Moe: return "qwen3_moe";
+        case Architecture::kMixtral: return "mixtral";
+        case Architecture::kOlmoe: return "olmoe";
     }
     return "?";
 }
@@ -115,8 +111,7 @@ void read_attention(const JsonFields& f, const Family& fam, ModelConfig& c) {
             c.qk_norm = true;
             c.qk_norm_per_head = fam.arch == Architecture::kQwen3Moe;
             break;
-        case Architecture::kMixtral:
-            break;
+        case Architecture::kMixtral: break;
     }
     if (fam.arch == Architecture::kOlmoe) c.clip_qkv = f.number("clip_qkv");
     if (is_qwen(fam.arch)) {  // the default window is 4096 when the field is absent; null means full attention

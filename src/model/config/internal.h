@@ -10,9 +10,9 @@
 
 namespace moex::model {
 
+using io::json_excerpt;
 using io::JsonFields;
 using io::OrderedJson;
-using io::json_excerpt;
 using io::parse_json_object;
 using io::read_text_file;
 

@@ -5,7 +5,7 @@
 
 #include "moex/error.h"
 #include "src/cpu/gemm.h"
-#include "src/cpu/plan.h"
+#include "src/cpu/problem.h"
 #include "src/model/ops/cpu_ops.h"
 
 namespace moex::model::cpu_ops {

@@ -5,7 +5,8 @@
 #include <string>
 
 #include "moex/error.h"
-#include "src/cpu/plan.h"
+#include "src/cpu/problem.h"
+#include "src/model/ops/views.h"
 
 namespace moex::model {
 namespace cpu_ops {
@@ -92,17 +93,28 @@ class CpuOps final : public Ops {
     void linear(const TensorView& x, const TensorView& w, const TensorView& bias, const TensorView& out) override {
         cpu_ops::linear(x, w, bias, out, threads_);
     }
+    void add_rms_norm(const TensorView& a, const TensorView& b, const TensorView& sum, const TensorView& w, double eps,
+                      const TensorView& out) override {
+        cpu_ops::add(a, b, sum, threads_);
+        cpu_ops::rms_norm(sum, w, eps, out, threads_);
+    }
     void clamp(const TensorView& x, float limit) override { cpu_ops::clamp(x, limit, threads_); }
-    void rope(const TensorView& x, int64_t head_dim, int64_t pos0, const RopeTable& rope) override {
-        cpu_ops::rope(x, head_dim, pos0, rope, rope_cache_, threads_);
+    void qk_norm_rope(const TensorView& qk, int64_t q_heads, int64_t head_dim, const TensorView& q_norm,
+                      const TensorView& k_norm, double eps, int64_t pos0, const RopeTable& rope) override {
+        cpu_ops::require_matrix(qk, "qk_norm_rope", "qk");
+        const int64_t qw = q_heads * head_dim;
+        MOEX_REQUIRE(head_dim > 0 && q_heads >= 0 && qw <= qk.shape[1], ErrorCode::kInvalidArgument,
+                     "ops.qk_norm_rope: " + std::to_string(q_heads) + " q heads of " + std::to_string(head_dim) +
+                         " do not fit qk " + qk.shape_string());
+        const TensorView q = column_block(qk, 0, qw), k = column_block(qk, qw, qk.shape[1] - qw);
+        if (q_norm.defined()) cpu_ops::rms_norm(q, q_norm, eps, q, threads_);
+        if (k_norm.defined()) cpu_ops::rms_norm(k, k_norm, eps, k, threads_);
+        cpu_ops::rope(qk, head_dim, pos0, rope, rope_cache_, threads_);
     }
     void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& k_cache,
                    const TensorView& v_cache, int64_t pos0, const AttentionShape& shape,
                    const TensorView& out) override {
         cpu_ops::attention(q, k, v, k_cache, v_cache, pos0, shape, out, threads_);
-    }
-    void add(const TensorView& a, const TensorView& b, const TensorView& out) override {
-        cpu_ops::add(a, b, out, threads_);
     }
     void gated_act(const TensorView& gate_up, Activation act, const TensorView& out) override {
         cpu_ops::gated_act(gate_up, act, out, threads_);

@@ -1,16 +1,14 @@
-// CudaOps: the Ops of src/model/ops/ops.h on a CUDA device, over the launchers of cuda/model/model_ops.h. It checks every
-// view (device, dtype, shape, unit column stride) and passes plain pointers and row strides on. Two kinds of calls
-// are held back until the next call, to fuse launches (decode is launch-bound): in-place per-head RMSNorms (q_norm,
-// k_norm), so that q-norm + k-norm + the rotary embedding after them run as ONE launch, and the residual add, which
-// the RMSNorm of its sum absorbs. Any other call (and synchronize / experts_options) launches what is held first.
+// CudaOps: the Ops of src/model/ops/ops.h on a CUDA device, over the launchers of cuda/model/model_ops.h. It checks
+// every view (device, dtype, shape, unit column stride) and passes plain pointers and row strides on; each op is one
+// launch, the named fusions (add_rms_norm, qk_norm_rope) included.
 #include <cmath>
-#include <optional>
 #include <string>
-#include <vector>
+#include <utility>
 
 #include "moex/error.h"
 #include "src/model/ops/ops.h"
 #if MOEX_WITH_CUDA
+#include "cuda/common/memory.h"
 #include "cuda/model/model_ops.h"
 #endif
 
@@ -20,15 +18,14 @@ namespace moex::model {
 namespace {
 
 namespace cm = cuda::model;
-using cuda::ActDType;
 
 [[noreturn]] void bad(const std::string& op, const std::string& what) {
     fail(ErrorCode::kInvalidArgument, "cuda ops: " + op + ": " + what);
 }
 
-ActDType act_dtype(DType t, const std::string& op) {
-    if (t == DType::kBF16) return ActDType::kBF16;
-    if (t == DType::kF32) return ActDType::kF32;
+DType act_dtype(DType t, const std::string& op) {
+    if (t == DType::kBF16) return DType::kBF16;
+    if (t == DType::kF32) return DType::kF32;
     fail(ErrorCode::kUnsupported,
          "cuda ops: " + op + ": activations must be bfloat16 or float32, not " + std::string(dtype_name(t)));
 }
@@ -55,35 +52,12 @@ void same_shape(const TensorView& a, const TensorView& b, const std::string& op,
         bad(op, std::string(what) + " differ in shape or dtype: " + a.shape_string() + " vs " + b.shape_string());
 }
 
-const char* byte_ptr(const TensorView& t) { return static_cast<const char*>(t.data); }
-
-struct HeldNorm {  // an in-place per-head RMSNorm not launched yet
-    TensorView x, w;
-    float eps;
-    int64_t ld;
-};
-
-struct HeldAdd {  // a residual add not launched yet
-    TensorView a, b, out;
-    int64_t lda, ldb, ldo;
-};
-
 class CudaOps final : public Ops {
    public:
     CudaOps(int device, void* stream) : ctx_(device, stream), dev_(device) {}
-    ~CudaOps() override {
-        try {
-            ctx_.make_current();
-            flush();
-        } catch (...) {  // nothing can be reported from a destructor; the results were never read
-        }
-    }
 
     Device device() const override { return Device::kCUDA; }
-    RunOptions experts_options() const override {
-        const_cast<CudaOps*>(this)->flush();  // the experts read what the held norms write
-        return RunOptions{0, ctx_.stream()};
-    }
+    RunOptions experts_options() const override { return RunOptions{0, ctx_.stream()}; }
 
     void embed(const int32_t* ids, int64_t T, const TensorView& table, const TensorView& out) override {
         begin();
@@ -98,31 +72,30 @@ class CudaOps final : public Ops {
     }
 
     void rms_norm(const TensorView& x, const TensorView& w, double eps, const TensorView& out) override {
-        ctx_.make_current();
+        begin();
         const int64_t ldx = rows_view(x, dev_, "rms_norm", "x"), ldo = rows_view(out, dev_, "rms_norm", "out");
         same_shape(x, out, "rms_norm", "x and out");
         const int64_t G = w.numel(), W = x.shape[1];
         vector_view(w, dev_, G, x.dtype, "rms_norm", "w");
         if (G == 0 || W % G != 0)
             bad("rms_norm", "row width " + std::to_string(W) + " is not a multiple of " + std::to_string(G));
-        act_dtype(x.dtype, "rms_norm");
-        if (held_add_ && G == W && absorbs(*held_add_, x, ldx)) {  // h = a + b; x = norm(h): one launch
-            const HeldAdd h = *held_add_;
-            held_add_.reset();
-            return cm::launch_add_rms_norm(
-                ctx_, {h.a.data, h.b.data, h.out.data, w.data, out.data, x.shape[0], W, h.lda, h.ldb, h.ldo, ldo,
-                       float(eps), act_dtype(x.dtype, "rms_norm")});
-        }
-        const bool in_place = x.data == out.data && ldx == ldo;
-        if (in_place && G <= cm::kMaxHeadDim) {  // a q/k head norm: hold it for the rope launch
-            const HeldNorm n{x, w, float(eps), ldx};
-            if (held_.size() == 1 && pairs(held_[0], n)) return held_.push_back(n);
-            flush();
-            return held_.push_back(n);
-        }
-        begin();
         cm::launch_rms_norm(
             ctx_, {x.data, w.data, out.data, x.shape[0], W, G, ldx, ldo, float(eps), act_dtype(x.dtype, "rms_norm")});
+    }
+
+    void add_rms_norm(const TensorView& a, const TensorView& b, const TensorView& sum, const TensorView& w, double eps,
+                      const TensorView& out) override {
+        begin();
+        const std::string op = "add_rms_norm";
+        const int64_t lda = rows_view(a, dev_, op, "a"), ldb = rows_view(b, dev_, op, "b");
+        const int64_t lds = rows_view(sum, dev_, op, "sum"), ldo = rows_view(out, dev_, op, "out");
+        same_shape(a, b, op, "a and b");
+        same_shape(a, sum, op, "a and sum");
+        same_shape(a, out, op, "a and out");
+        const int64_t W = a.shape[1];
+        vector_view(w, dev_, W, a.dtype, op, "w");
+        cm::launch_add_rms_norm(ctx_, {a.data, b.data, sum.data, w.data, out.data, a.shape[0], W, lda, ldb, lds, ldo,
+                                       float(eps), act_dtype(a.dtype, op)});
     }
 
     void linear(const TensorView& x, const TensorView& w, const TensorView& bias, const TensorView& out) override {
@@ -142,23 +115,36 @@ class CudaOps final : public Ops {
     void clamp(const TensorView& x, float limit) override {
         begin();
         const int64_t ld = rows_view(x, dev_, "clamp", "x");
-        eltwise(cm::Eltwise::kClamp, x, x.data, ld, nullptr, 0, x.data, ld, x.shape[1], "clamp", limit, 0);
+        eltwise(cm::Eltwise::kClamp, x, x.data, ld, nullptr, 0, x.data, ld, x.shape[1], "clamp", limit,
+                Activation::kSilu);
     }
 
-    void rope(const TensorView& x, int64_t head_dim, int64_t pos0, const RopeTable& rope) override {
-        ctx_.make_current();
-        const int64_t ld = rows_view(x, dev_, "rope", "x");
-        const ActDType dt = act_dtype(x.dtype, "rope");
-        if (head_dim <= 0 || x.shape[1] % head_dim != 0) bad("rope", "row width is not a multiple of head_dim");
+    void qk_norm_rope(const TensorView& qk, int64_t q_heads, int64_t head_dim, const TensorView& q_norm,
+                      const TensorView& k_norm, double eps, int64_t pos0, const RopeTable& rope) override {
+        begin();
+        const std::string op = "qk_norm_rope";
+        const int64_t ld = rows_view(qk, dev_, op, "qk");
+        if (head_dim <= 0 || qk.shape[1] % head_dim != 0) bad(op, "row width is not a multiple of head_dim");
+        const int64_t heads = qk.shape[1] / head_dim;
+        if (q_heads < 0 || q_heads > heads)
+            bad(op, std::to_string(q_heads) + " q heads, qk holds " + std::to_string(heads));
+        if (head_dim > cm::kMaxHeadDim) bad(op, "head_dim past " + std::to_string(cm::kMaxHeadDim));
         if (rope.rotary_dim < 0 || rope.rotary_dim > head_dim || rope.rotary_dim % 2 != 0 ||
-            int64_t(rope.inv_freq.size()) != rope.rotary_dim / 2)
-            bad("rope", "rotary_dim " + std::to_string(rope.rotary_dim) + " does not fit head_dim or inv_freq");
+            int64_t(rope.inv_freq.size()) != rope.rotary_dim / 2 || rope.rotary_dim / 2 > cm::kMaxRotaryHalf)
+            bad(op, "rotary_dim " + std::to_string(rope.rotary_dim) + " does not fit head_dim or inv_freq");
         cm::HeadNormRopeArgs a{};
-        a.x = x.data, a.T = x.shape[0], a.heads = x.shape[1] / head_dim, a.head_dim = head_dim, a.ld = ld;
+        a.x = qk.data, a.T = qk.shape[0], a.heads = heads, a.head_dim = head_dim, a.ld = ld;
+        const std::pair<const TensorView*, std::pair<int64_t, int64_t>> norms[2] = {{&q_norm, {0, q_heads}},
+                                                                                    {&k_norm, {q_heads, heads}}};
+        for (const auto& [w, range] : norms) {
+            if (!w->defined()) continue;
+            vector_view(*w, dev_, head_dim, qk.dtype, op, w == &q_norm ? "q_norm" : "k_norm");
+            a.norm_w[a.num_norms] = w->data, a.norm_eps[a.num_norms] = float(eps);
+            a.norm_begin[a.num_norms] = range.first, a.norm_end[a.num_norms] = range.second;
+            ++a.num_norms;
+        }
         a.pos0 = pos0, a.rotary_dim = int32_t(rope.rotary_dim), a.attention_scaling = rope.attention_scaling;
-        a.inv_freq = rope.inv_freq.data(), a.dtype = dt;
-        if (!absorb_held(x, ld, head_dim, a)) flush();
-        held_.clear();
+        a.inv_freq = rope.inv_freq.data(), a.dtype = act_dtype(qk.dtype, op);
         cm::launch_head_norm_rope(ctx_, a);
     }
 
@@ -188,16 +174,6 @@ class CudaOps final : public Ops {
                               k_cache.shape[0], nq, nkv, D, s.sliding_window, scale, act_dtype(q.dtype, op)});
     }
 
-    void add(const TensorView& a, const TensorView& b, const TensorView& out) override {
-        begin();
-        const int64_t lda = rows_view(a, dev_, "add", "a"), ldb = rows_view(b, dev_, "add", "b");
-        const int64_t ldo = rows_view(out, dev_, "add", "out");
-        same_shape(a, b, "add", "a and b");
-        same_shape(a, out, "add", "a and out");
-        act_dtype(a.dtype, "add");
-        held_add_ = HeldAdd{a, b, out, lda, ldb, ldo};  // launched by the next call, or absorbed by rms_norm
-    }
-
     void gated_act(const TensorView& gate_up, Activation act, const TensorView& out) override {
         begin();
         const int64_t ldi = rows_view(gate_up, dev_, "gated_act", "gate_up");
@@ -205,7 +181,7 @@ class CudaOps final : public Ops {
         if (gate_up.shape[0] != out.shape[0] || gate_up.shape[1] != 2 * out.shape[1] || gate_up.dtype != out.dtype)
             bad("gated_act", "gate_up " + gate_up.shape_string() + " must be (T, 2I) for out " + out.shape_string());
         eltwise(cm::Eltwise::kGatedAct, out, gate_up.data, ldi, nullptr, 0, out.data, ldo, out.shape[1], "gated_act",
-                0.0f, int32_t(act));
+                0.0f, act);
     }
 
     void router_topk(const TensorView& logits, int64_t k, bool normalize, const TensorView& ids,
@@ -231,7 +207,7 @@ class CudaOps final : public Ops {
         if (gate.shape[0] != x.shape[0] || gate.shape[1] != 1 || gate.dtype != x.dtype)
             bad("sigmoid_gate_add", "gate must be (T, 1) in the run dtype, got " + gate.shape_string());
         eltwise(cm::Eltwise::kSigmoidGateAdd, out, x.data, ldx, gate.data, ldg, out.data, ldo, x.shape[1],
-                "sigmoid_gate_add", 0.0f, 0);
+                "sigmoid_gate_add", 0.0f, Activation::kSilu);
     }
 
     void logits_to_host(const TensorView& row, float* host) override {
@@ -254,76 +230,17 @@ class CudaOps final : public Ops {
     }
 
    private:
-    void begin() {
-        ctx_.make_current();
-        flush();
-    }
+    void begin() { ctx_.make_current(); }
 
+    // act matters for kGatedAct only.
     void eltwise(cm::Eltwise op, const TensorView& like, const void* a, int64_t lda, const void* b, int64_t ldb,
-                 void* out, int64_t ldo, int64_t W, const char* name, float limit, int32_t act) {
+                 void* out, int64_t ldo, int64_t W, const char* name, float limit, Activation act) {
         cm::launch_eltwise(ctx_,
                            {op, a, b, out, like.shape[0], W, lda, ldb, ldo, limit, act, act_dtype(like.dtype, name)});
     }
 
-    // b is the norm of the heads right after a's in the same rows (k after q in the fused qkv row).
-    static bool pairs(const HeldNorm& a, const HeldNorm& b) {
-        const int64_t es = dtype_size(a.x.dtype);
-        return a.x.dtype == b.x.dtype && a.x.shape[0] == b.x.shape[0] && (a.x.shape[0] == 1 || a.ld == b.ld) &&
-               a.w.numel() == b.w.numel() && a.eps == b.eps && byte_ptr(b.x) == byte_ptr(a.x) + a.x.shape[1] * es;
-    }
-
-    // Moves the held norms into `a` when each covers whole heads of the rope's rows.
-    bool absorb_held(const TensorView& x, int64_t ld, int64_t head_dim, cm::HeadNormRopeArgs& a) const {
-        if (held_.empty()) return true;
-        const int64_t es = dtype_size(x.dtype);
-        for (size_t i = 0; i < held_.size(); ++i) {
-            const HeldNorm& n = held_[i];
-            const int64_t off = byte_ptr(n.x) - byte_ptr(x);
-            if (n.x.dtype != x.dtype || n.x.shape[0] != x.shape[0] || (x.shape[0] > 1 && n.ld != ld) ||
-                n.w.numel() != head_dim || off < 0 || off % (head_dim * es) != 0 ||
-                off / es + n.x.shape[1] > x.shape[1])
-                return false;
-            a.norm_w[i] = n.w.data, a.norm_eps[i] = n.eps;
-            a.norm_begin[i] = off / es / head_dim, a.norm_end[i] = a.norm_begin[i] + n.x.shape[1] / head_dim;
-        }
-        a.num_norms = int32_t(held_.size());
-        return true;
-    }
-
-    static bool absorbs(const HeldAdd& h, const TensorView& x, int64_t ldx) {
-        return x.data == h.out.data && x.dtype == h.out.dtype && x.shape[0] == h.out.shape[0] &&
-               x.shape[1] == h.out.shape[1] && (x.shape[0] == 1 || ldx == h.ldo);
-    }
-
-    // Launches what is held: the add, or the norms (a q/k pair as one per-head launch, a single one likewise).
-    void flush() {
-        if (held_add_) {
-            const HeldAdd h = *held_add_;
-            held_add_.reset();
-            eltwise(cm::Eltwise::kAdd, h.out, h.a.data, h.lda, h.b.data, h.ldb, h.out.data, h.ldo, h.out.shape[1],
-                    "add", 0.0f, 0);
-        }
-        if (held_.empty()) return;
-        const std::vector<HeldNorm> held = std::move(held_);
-        held_.clear();
-        const HeldNorm& f = held.front();
-        const int64_t G = f.w.numel();
-        cm::HeadNormRopeArgs a{};
-        a.x = f.x.data, a.T = f.x.shape[0], a.head_dim = G, a.ld = f.ld, a.dtype = act_dtype(f.x.dtype, "rms_norm");
-        a.num_norms = int32_t(held.size());
-        int64_t heads = 0;
-        for (size_t i = 0; i < held.size(); ++i) {
-            a.norm_w[i] = held[i].w.data, a.norm_eps[i] = held[i].eps;
-            a.norm_begin[i] = heads, heads += held[i].x.shape[1] / G, a.norm_end[i] = heads;
-        }
-        a.heads = heads;
-        cm::launch_head_norm_rope(ctx_, a);
-    }
-
     cm::Context ctx_;
     int dev_;
-    std::vector<HeldNorm> held_;       // at most two, adjacent (see pairs)
-    std::optional<HeldAdd> held_add_;  // never together with held_ (each hold flushes the other first)
 };
 
 }  // namespace

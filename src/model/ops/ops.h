@@ -45,18 +45,24 @@ class Ops {
     virtual void rms_norm(const TensorView& x, const TensorView& w, double eps, const TensorView& out) = 0;
     // out (T, N) = x (T, K) · wᵀ + bias; w (N, K) in the run dtype; bias (N) or undefined; out in the run dtype or f32.
     virtual void linear(const TensorView& x, const TensorView& w, const TensorView& bias, const TensorView& out) = 0;
+    // sum = a + b (elementwise, same shapes; sum may alias a or b), then out = rms_norm(sum) with w over whole rows:
+    // a decoder layer's residual add and the norm after it, one launch on CUDA.
+    virtual void add_rms_norm(const TensorView& a, const TensorView& b, const TensorView& sum, const TensorView& w,
+                              double eps, const TensorView& out) = 0;
     // x = clamp(x, -limit, limit) in place; row-strided.
     virtual void clamp(const TensorView& x, float limit) = 0;
-    // In place on x (T, n_heads * head_dim), row-strided: rotary embedding of row t at position pos0 + t.
-    virtual void rope(const TensorView& x, int64_t head_dim, int64_t pos0, const RopeTable& rope) = 0;
+    // In place on qk (T, (q_heads + k_heads) * head_dim), row-strided: the q heads, then the k heads of the fused qkv
+    // rows. Each q head is RMS-normed with q_norm (head_dim) and each k head with k_norm when they are defined
+    // (Qwen3's per-head q/k norm), then every head of row t gets the rotary embedding at position pos0 + t.
+    // One launch on CUDA.
+    virtual void qk_norm_rope(const TensorView& qk, int64_t q_heads, int64_t head_dim, const TensorView& q_norm,
+                              const TensorView& k_norm, double eps, int64_t pos0, const RopeTable& rope) = 0;
     // Writes k and v (T, nkv*D each, row-strided views into qkv) into the layer's caches (max_len, nkv*D) at rows
     // [pos0, pos0 + T), then causal grouped-query attention of q (T, nq*D, row-strided) at positions pos0 + t over
     // cache rows [0, pos0 + t]; out (T, nq*D) contiguous. Scores and softmax in f32.
     virtual void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& k_cache,
                            const TensorView& v_cache, int64_t pos0, const AttentionShape& shape,
                            const TensorView& out) = 0;
-    // out = a + b (elementwise, same shapes); out may alias a.
-    virtual void add(const TensorView& a, const TensorView& b, const TensorView& out) = 0;
     // out (T, I) = act(gate_up[:, :I]) * gate_up[:, I:] for gate_up (T, 2I).
     virtual void gated_act(const TensorView& gate_up, Activation act, const TensorView& out) = 0;
     // Softmax router: p = softmax(logits (T, E), f32); top-k largest first, ties ordered as torch.topk orders them on
@@ -72,8 +78,9 @@ class Ops {
     virtual void synchronize() = 0;
 };
 
-std::unique_ptr<Ops> make_cpu_ops(int num_threads);                  // src/model/ops/cpu_ops.cpp
-std::unique_ptr<Ops> make_cuda_ops(int device_index, void* stream);  // src/model/ops/cuda_ops.cpp (kUnsupported w/o CUDA)
+std::unique_ptr<Ops> make_cpu_ops(int num_threads);  // src/model/ops/cpu_ops.cpp
+std::unique_ptr<Ops> make_cuda_ops(int device_index,
+                                   void* stream);  // src/model/ops/cuda_ops.cpp (kUnsupported w/o CUDA)
 
 }  // namespace moex::model
 

@@ -5,14 +5,14 @@
 #include <set>
 
 #include "moex/error.h"
-#include "src/io/safetensors_header.h"
 #include "src/io/json_fields.h"
+#include "src/io/messages.h"
 
 namespace moex::model {
 
+using io::json_excerpt;
 using io::JsonFields;
 using io::OrderedJson;
-using io::json_excerpt;
 using io::parse_json_object;
 using io::read_text_file;
 

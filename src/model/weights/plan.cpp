@@ -3,7 +3,7 @@
 #include "src/model/weights/plan.h"
 
 #include "moex/error.h"
-#include "src/io/safetensors_header.h"
+#include "src/io/messages.h"
 #include "src/model/config/internal.h"
 #include "src/model/weights/tensor.h"
 

@@ -1,11 +1,14 @@
 // Shape/dtype checks of checkpoint tensors against config.json, and the f32/bf16/f16 conversion into run buffers.
 #include "src/model/weights/tensor.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "moex/error.h"
 #include "moex/tensor.h"
-#include "src/io/safetensors_header.h"
+#include "src/cpu/parallel.h"
+#include "src/cpu/problem.h"
+#include "src/io/messages.h"
 
 namespace moex::model {
 
@@ -45,20 +48,20 @@ bool is_source_dtype(const std::string& name) { return name == "F32" || name == 
 template <class Load>
 void convert_loop(const uint8_t* src, int64_t n, void* dst, DType dst_dtype, int64_t dst_offset, Load load) {
     // Large tensors are converted by all cores: a 30B checkpoint is ~60 GB, memory-bound at several GB/s per core.
-    constexpr int64_t kParallelMin = int64_t(1) << 20;
-    if (dst_dtype == DType::kF32) {
-        float* out = static_cast<float*>(dst) + dst_offset;
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-        for (int64_t i = 0; i < n; ++i) out[i] = load(src, i);
-    } else if (dst_dtype == DType::kBF16) {
-        uint16_t* out = static_cast<uint16_t*>(dst) + dst_offset;
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-        for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(load(src, i));
-    } else {
-        uint16_t* out = static_cast<uint16_t*>(dst) + dst_offset;
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-        for (int64_t i = 0; i < n; ++i) out[i] = f32_to_f16(load(src, i));
-    }
+    // Elementwise, so chunks on moex's pool give the same bytes for any thread count.
+    constexpr int64_t kChunk = int64_t(1) << 20;
+    const int threads = n >= kChunk ? cpu::resolve_threads(0) : 1;
+    cpu::parallel_for((n + kChunk - 1) / kChunk, threads, [&](int64_t c) {
+        const int64_t i0 = c * kChunk, i1 = std::min(n, i0 + kChunk);
+        if (dst_dtype == DType::kF32) {
+            float* out = static_cast<float*>(dst) + dst_offset;
+            for (int64_t i = i0; i < i1; ++i) out[i] = load(src, i);
+        } else {
+            uint16_t* out = static_cast<uint16_t*>(dst) + dst_offset;
+            const bool bf16 = dst_dtype == DType::kBF16;
+            for (int64_t i = i0; i < i1; ++i) out[i] = bf16 ? f32_to_bf16(load(src, i)) : f32_to_f16(load(src, i));
+        }
+    });
 }
 
 inline uint16_t load_u16(const uint8_t* p, int64_t i) {

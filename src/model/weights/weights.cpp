@@ -7,8 +7,8 @@
 #include "moex/safetensors.h"
 #include "src/model/weights/files.h"
 #include "src/model/weights/plan.h"
-#include "src/model/weights/tensor.h"
 #include "src/model/weights/progress.h"
+#include "src/model/weights/tensor.h"
 
 namespace moex::model {
 

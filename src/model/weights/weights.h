@@ -23,20 +23,20 @@ struct LayerWeights {
     DeviceTensor o_proj;          // (H, nq D)
     DeviceTensor post_norm;       // (H)
     // MoE layers
-    DeviceTensor router;          // (E, H)
-    DeviceTensor experts_gate_up; // (E, 2I, H)
-    DeviceTensor experts_down;    // (E, H, I)
-    DeviceTensor shared_gate_up;  // (2 Is, H)  qwen2_moe shared expert (gate rows, then up rows)
-    DeviceTensor shared_down;     // (H, Is)
-    DeviceTensor shared_gate;     // (1, H)     its sigmoid gate
+    DeviceTensor router;           // (E, H)
+    DeviceTensor experts_gate_up;  // (E, 2I, H)
+    DeviceTensor experts_down;     // (E, H, I)
+    DeviceTensor shared_gate_up;   // (2 Is, H)  qwen2_moe shared expert (gate rows, then up rows)
+    DeviceTensor shared_down;      // (H, Is)
+    DeviceTensor shared_gate;      // (1, H)     its sigmoid gate
     // dense-MLP layers (qwen mlp_only_layers / decoder_sparse_step)
-    DeviceTensor mlp_gate_up;     // (2 I, H)
-    DeviceTensor mlp_down;        // (H, I)
+    DeviceTensor mlp_gate_up;  // (2 I, H)
+    DeviceTensor mlp_down;     // (H, I)
     bool is_moe() const { return experts_gate_up.view().defined(); }
 };
 
 struct ModelWeights {
-    DeviceTensor embed;       // (V, H)
+    DeviceTensor embed;  // (V, H)
     std::vector<LayerWeights> layers;
     DeviceTensor final_norm;  // (H)
     DeviceTensor lm_head;     // (V, H); a tied checkpoint shares embed's storage
@@ -45,7 +45,7 @@ struct ModelWeights {
 struct LoadOptions {
     DType dtype = DType::kBF16;  // run dtype: f32 | bf16
     Device device = Device::kCPU;
-    bool progress = true;        // a progress bar on stderr, only when stderr is a terminal
+    bool progress = true;  // a progress bar on stderr, only when stderr is a terminal
 };
 
 // Loads every tensor the config calls for. Errors (moex::Error) name the file and the tensor: a missing

@@ -1,4 +1,4 @@
-// Small view helpers for the forward pass: the first rows of a 2-D scratch buffer, a column block of a row-strided
+// View helpers of the Ops and the forward pass: the first rows of a 2-D scratch buffer, a column block of a row-strided
 // matrix (q, k and v inside the fused qkv rows), and 2-D device buffers.
 #pragma once
 
