@@ -5,15 +5,15 @@
 #include <cstdint>
 
 #include "src/cpu/parallel.h"
-#include "src/cpu/plan.h"
+#include "src/cpu/problem.h"
 #include "src/cpu/routing.h"
 
 namespace moex::cpu {
 
 // x[t0:t1] as (t1 - t0, H) f32: the input itself when it is f32, else a widened copy in buf.
-const float* x_as_f32(const Plan& q, int64_t t0, int64_t t1, FloatBuffer& buf, int threads);
+const float* x_as_f32(const CpuProblem& cp, int64_t t0, int64_t t1, FloatBuffer& buf, int threads);
 
 // out[t0:t1] from y (rows, H); sentinel slots (slot_row < 0) are skipped, whatever their weight.
-void combine(const Plan& q, const Routing& r, int64_t t0, int64_t t1, const float* y, void* out, int threads);
+void combine(const CpuProblem& cp, const Routing& r, int64_t t0, int64_t t1, const float* y, void* out, int threads);
 
 }  // namespace moex::cpu

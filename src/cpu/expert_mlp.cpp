@@ -21,9 +21,9 @@ struct Task {
 // groups above kMc rows, split into balanced row blocks. Kernel paths depend on the rows of a task only.
 // A run of groups of one expert with equal rows (batched_mm's single rows) is ordered column block first, so the
 // block of weights they share is read from DRAM once and then from L2.
-std::vector<Task> make_tasks(const Plan& q, const Routing& r, int64_t g0, int64_t g1, bool up) {
-    const bool tr = q.p->is_transposed;
-    const int64_t width = up ? q.I : q.H;
+std::vector<Task> make_tasks(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, bool up) {
+    const bool tr = cp.p->is_transposed;
+    const int64_t width = up ? cp.I : cp.H;
     auto rows = [&](int64_t g) { return r.begin[size_t(g) + 1] - r.begin[size_t(g)]; };
     auto same = [&](int64_t g, int64_t h) { return r.expert[size_t(g)] == r.expert[size_t(h)] && rows(g) == rows(h); };
     std::vector<Task> tasks;
@@ -32,7 +32,7 @@ std::vector<Task> make_tasks(const Plan& q, const Routing& r, int64_t g0, int64_
         const int64_t m = rows(run);
         const GemmPath path = choose_path(m, tr);
         const int64_t blocks = path == GemmPath::kPacked ? (m + kMc - 1) / kMc : 1;
-        const int64_t cols = up ? up_task_cols(path, tr, q.I) : down_task_cols(path, tr, q.H);
+        const int64_t cols = up ? up_task_cols(path, tr, cp.I) : down_task_cols(path, tr, cp.H);
         for (int64_t i = 0; i < blocks; ++i)
             for (int64_t c0 = 0; c0 < width; c0 += cols)
                 for (int64_t g = run; g < end; ++g) {
@@ -49,52 +49,52 @@ const float** row_pointers(int64_t m) {
     return ptrs.data();
 }
 
-void up_task(const Plan& q, const Routing& r, const Task& t, const float* x, float* h) {
+void up_task(const CpuProblem& cp, const Routing& r, const Task& t, const float* x, float* h) {
     const int64_t m = t.r1 - t.r0, ni = t.c1 - t.c0, e = r.expert[size_t(t.g)];
     const float** a = row_pointers(m);
-    for (int64_t i = 0; i < m; ++i) a[i] = x + int64_t(r.token[size_t(t.r0 + i)]) * q.H;
-    const int64_t width = up_task_width(q, ni);
+    for (int64_t i = 0; i < m; ++i) a[i] = x + int64_t(r.token[size_t(t.r0 + i)]) * cp.H;
+    const int64_t width = up_task_width(cp, ni);
     float* tile = thread_scratch(1, m * width);  // (m, width): see gate.h for the column order
-    const WeightMat w = q.up(e);
-    switch (q.layout) {
+    const WeightMat w = cp.up(e);
+    switch (cp.layout) {
         case GateLayout::kConcatenated:
-            if (ni == q.I) {  // all of I: gate and up rows are adjacent, one pass reads whole rows of B
+            if (ni == cp.I) {  // all of I: gate and up rows are adjacent, one pass reads whole rows of B
                 gemm_rows(a, m, w, 2 * ni, tile, width);
                 break;
             }
             gemm_rows(a, m, w.from_row(t.c0), ni, tile, width);
-            gemm_rows(a, m, w.from_row(q.I + t.c0), ni, tile + ni, width);
+            gemm_rows(a, m, w.from_row(cp.I + t.c0), ni, tile + ni, width);
             break;
         case GateLayout::kInterleaved: gemm_rows(a, m, w.from_row(2 * t.c0), 2 * ni, tile, width); break;
         case GateLayout::kUngated: gemm_rows(a, m, w.from_row(t.c0), ni, tile, width); break;
     }
-    apply_gate(q, e, tile, m, t.c0, ni, h + t.r0 * q.I + t.c0, q.I);
+    apply_gate(cp, e, tile, m, t.c0, ni, h + t.r0 * cp.I + t.c0, cp.I);
 }
 
-void down_task(const Plan& q, const Routing& r, const Task& t, const float* h, float* y) {
+void down_task(const CpuProblem& cp, const Routing& r, const Task& t, const float* h, float* y) {
     const int64_t m = t.r1 - t.r0, n = t.c1 - t.c0, e = r.expert[size_t(t.g)];
     const float** a = row_pointers(m);
-    for (int64_t i = 0; i < m; ++i) a[i] = h + (t.r0 + i) * q.I;
-    float* c = y + t.r0 * q.H + t.c0;  // (m, n) with row stride H
-    gemm_rows(a, m, q.down(e).from_row(t.c0), n, c, q.H);
-    if (!q.down_bias) return;
+    for (int64_t i = 0; i < m; ++i) a[i] = h + (t.r0 + i) * cp.I;
+    float* c = y + t.r0 * cp.H + t.c0;  // (m, n) with row stride H
+    gemm_rows(a, m, cp.down(e).from_row(t.c0), n, c, cp.H);
+    if (!cp.down_bias) return;
     float* b = thread_scratch(2, n);
-    const int64_t es = dtype_size(q.dtype);
-    to_f32(static_cast<const char*>(q.down_bias) + (e * q.H + t.c0) * es, q.dtype, n, b);
+    const int64_t es = dtype_size(cp.dtype);
+    to_f32(static_cast<const char*>(cp.down_bias) + (e * cp.H + t.c0) * es, cp.dtype, n, b);
     for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) c[i * q.H + j] += b[j];
+        for (int64_t j = 0; j < n; ++j) c[i * cp.H + j] += b[j];
 }
 
 }  // namespace
 
-void run_up(const Plan& q, const Routing& r, int64_t g0, int64_t g1, const float* x, float* h, int threads) {
-    const std::vector<Task> tasks = make_tasks(q, r, g0, g1, true);
-    parallel_for(int64_t(tasks.size()), threads, [&](int64_t i) { up_task(q, r, tasks[size_t(i)], x, h); });
+void run_up(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, const float* x, float* h, int threads) {
+    const std::vector<Task> tasks = make_tasks(cp, r, g0, g1, true);
+    parallel_for(int64_t(tasks.size()), threads, [&](int64_t i) { up_task(cp, r, tasks[size_t(i)], x, h); });
 }
 
-void run_down(const Plan& q, const Routing& r, int64_t g0, int64_t g1, const float* h, float* y, int threads) {
-    const std::vector<Task> tasks = make_tasks(q, r, g0, g1, false);
-    parallel_for(int64_t(tasks.size()), threads, [&](int64_t i) { down_task(q, r, tasks[size_t(i)], h, y); });
+void run_down(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, const float* h, float* y, int threads) {
+    const std::vector<Task> tasks = make_tasks(cp, r, g0, g1, false);
+    parallel_for(int64_t(tasks.size()), threads, [&](int64_t i) { down_task(cp, r, tasks[size_t(i)], h, y); });
 }
 
 }  // namespace moex::cpu

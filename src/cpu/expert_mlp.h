@@ -4,14 +4,14 @@
 
 #include <cstdint>
 
-#include "src/cpu/plan.h"
+#include "src/cpu/problem.h"
 #include "src/cpu/routing.h"
 
 namespace moex::cpu {
 
 // h[row] = round(gate(x[token[row]] · up_eᵀ + b_up)) for the rows of groups [g0, g1); x is (chunk_T, H) f32.
-void run_up(const Plan& q, const Routing& r, int64_t g0, int64_t g1, const float* x, float* h, int threads);
+void run_up(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, const float* x, float* h, int threads);
 // y[row] = h[row] · down_eᵀ + b_down for the rows of groups [g0, g1).
-void run_down(const Plan& q, const Routing& r, int64_t g0, int64_t g1, const float* h, float* y, int threads);
+void run_down(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, const float* h, float* y, int threads);
 
 }  // namespace moex::cpu

@@ -19,28 +19,28 @@ struct Workspace {
 };
 
 void run(const ExpertsProblem& p, const TensorView& out, int num_threads, Schedule schedule) {
-    const Plan q = make_plan(p);
+    const CpuProblem cp = unpack_problem(p);
     const int threads = resolve_threads(num_threads);
     thread_local Workspace ws;
-    const int64_t chunk = token_chunk(q.T, q.k, q.H, q.I);
-    for (int64_t t0 = 0; t0 < q.T; t0 += chunk) {
-        const int64_t t1 = q.T - t0 < chunk ? q.T : t0 + chunk;
-        const float* x = x_as_f32(q, t0, t1, ws.x, threads);
+    const int64_t chunk = token_chunk(cp.T, cp.k, cp.H, cp.I);
+    for (int64_t t0 = 0; t0 < cp.T; t0 += chunk) {
+        const int64_t t1 = cp.T - t0 < chunk ? cp.T : t0 + chunk;
+        const float* x = x_as_f32(cp, t0, t1, ws.x, threads);
         const Routing r = schedule == Schedule::kBatched
-                              ? route_by_slot(q, t0, t1, batched_group_rows(q.p->is_transposed))
-                              : route_by_expert(q, t0, t1);
-        float* h = ws.h.get(r.rows() * q.I);  // (rows, I)
-        float* y = ws.y.get(r.rows() * q.H);  // (rows, H)
+                              ? route_by_slot(cp, t0, t1, batched_group_rows(cp.p->is_transposed))
+                              : route_by_expert(cp, t0, t1);
+        float* h = ws.h.get(r.rows() * cp.I);  // (rows, I)
+        float* y = ws.y.get(r.rows() * cp.H);  // (rows, H)
         if (schedule == Schedule::kEager) {
             for (int64_t g = 0; g < r.groups(); ++g) {
-                run_up(q, r, g, g + 1, x, h, threads);
-                run_down(q, r, g, g + 1, h, y, threads);
+                run_up(cp, r, g, g + 1, x, h, threads);
+                run_down(cp, r, g, g + 1, h, y, threads);
             }
         } else {
-            run_up(q, r, 0, r.groups(), x, h, threads);
-            run_down(q, r, 0, r.groups(), h, y, threads);
+            run_up(cp, r, 0, r.groups(), x, h, threads);
+            run_down(cp, r, 0, r.groups(), h, y, threads);
         }
-        combine(q, r, t0, t1, y, out.data, threads);
+        combine(cp, r, t0, t1, y, out.data, threads);
     }
 }
 

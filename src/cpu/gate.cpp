@@ -50,27 +50,28 @@ void gate_row_scalar(const GateOp& op, const float* g, const float* u, int64_t n
     }
 }
 
-void apply_gate(const Plan& q, int64_t e, float* tile, int64_t m, int64_t i0, int64_t ni, float* h, int64_t ldh) {
-    const int64_t width = up_task_width(q, ni);
-    if (q.up_bias) {  // the bias of the task's weight rows, widened to f32 in the tile's column order
+void apply_gate(const CpuProblem& cp, int64_t e, float* tile, int64_t m, int64_t i0, int64_t ni, float* h,
+                int64_t ldh) {
+    const int64_t width = up_task_width(cp, ni);
+    if (cp.up_bias) {  // the bias of the task's weight rows, widened to f32 in the tile's column order
         float* b = thread_scratch(2, width);
-        const int64_t es = dtype_size(q.dtype);
-        const char* row = static_cast<const char*>(q.up_bias) + e * q.up_width * es;
-        if (q.layout == GateLayout::kConcatenated) {
-            to_f32(row + i0 * es, q.dtype, ni, b);
-            to_f32(row + (q.I + i0) * es, q.dtype, ni, b + ni);
+        const int64_t es = dtype_size(cp.dtype);
+        const char* row = static_cast<const char*>(cp.up_bias) + e * cp.up_width * es;
+        if (cp.layout == GateLayout::kConcatenated) {
+            to_f32(row + i0 * es, cp.dtype, ni, b);
+            to_f32(row + (cp.I + i0) * es, cp.dtype, ni, b + ni);
         } else {
-            to_f32(row + (q.layout == GateLayout::kInterleaved ? 2 * i0 : i0) * es, q.dtype, width, b);
+            to_f32(row + (cp.layout == GateLayout::kInterleaved ? 2 * i0 : i0) * es, cp.dtype, width, b);
         }
         for (int64_t r = 0; r < m; ++r)
             for (int64_t c = 0; c < width; ++c) tile[r * width + c] += b[c];
     }
-    const GateOp op = q.gate_op();
+    const GateOp op = cp.gate_op();
     const KernelTable& kt = kernels();
-    float* split = q.layout == GateLayout::kInterleaved ? thread_scratch(3, 2 * ni) : nullptr;
+    float* split = cp.layout == GateLayout::kInterleaved ? thread_scratch(3, 2 * ni) : nullptr;
     for (int64_t r = 0; r < m; ++r) {
         const float* row = tile + r * width;
-        const float *g = row, *u = q.layout == GateLayout::kUngated ? row : row + ni;
+        const float *g = row, *u = cp.layout == GateLayout::kUngated ? row : row + ni;
         if (split) {  // (g0, u0, g1, u1, ...) -> (g0, g1, ... | u0, u1, ...)
             for (int64_t i = 0; i < ni; ++i) split[i] = row[2 * i], split[ni + i] = row[2 * i + 1];
             g = split, u = split + ni;

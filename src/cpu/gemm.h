@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "moex/dtype.h"
-#include "src/cpu/plan.h"
+#include "src/cpu/problem.h"
 
 namespace moex::cpu {
 

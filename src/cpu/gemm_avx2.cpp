@@ -64,8 +64,9 @@ void pack_cols(const typename L::T* w, int64_t ld, int64_t n, int64_t k0, int64_
         for (int64_t kk = 0; kk < kc; ++kk) {
             const auto* src = w + (k0 + kk) * ld + p;
             _mm256_store_ps(dst + kk * kNr, c0 == 8 ? L::load8(src) : L::load_n(src, c0));
-            _mm256_store_ps(dst + kk * kNr + 8,
-                            c1 == 8 ? L::load8(src + 8) : c1 > 0 ? L::load_n(src + 8, c1) : _mm256_setzero_ps());
+            _mm256_store_ps(dst + kk * kNr + 8, c1 == 8  ? L::load8(src + 8)
+                                                : c1 > 0 ? L::load_n(src + 8, c1)
+                                                         : _mm256_setzero_ps());
         }
     }
 }
@@ -73,8 +74,10 @@ void pack_cols(const typename L::T* w, int64_t ld, int64_t n, int64_t k0, int64_
 template <class L>
 void pack_typed(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, float* dst) {
     const auto* w = static_cast<const typename L::T*>(b.data);
-    if (b.transposed) pack_cols<L>(w, b.ld, n, k0, kc, dst);
-    else pack_rows<L>(w, b.ld, n, k0, kc, dst);
+    if (b.transposed)
+        pack_cols<L>(w, b.ld, n, k0, kc, dst);
+    else
+        pack_rows<L>(w, b.ld, n, k0, kc, dst);
 }
 
 void pack_b_avx2(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, float* dst) {
@@ -111,8 +114,7 @@ struct DirectB {  // transposed weights in place: row k at w + k*ld, nr <= 16 co
 
 // MR x 16 tile: 2*MR accumulators, 2 B loads and MR broadcasts per k; 12 fmas per 8 loads at MR = 6.
 template <int MR, class B>
-void micro_tile(const float* const* a, int64_t k0, const B& bsrc, int64_t kc, float* c, int64_t ldc, int nr,
-                bool acc) {
+void micro_tile(const float* const* a, int64_t k0, const B& bsrc, int64_t kc, float* c, int64_t ldc, int nr, bool acc) {
     const __m256i m0 = first_lanes(nr < 8 ? nr : 8), m1 = first_lanes(nr > 8 ? nr - 8 : 0);
     const bool full = nr == kNr;
     __m256 c0[MR], c1[MR];
@@ -167,8 +169,8 @@ void micro_avx2(const float* const* a, int mr, int64_t k0, const float* panel, i
     micro_rows(a, mr, k0, PackedB{panel}, kc, c, ldc, nr, acc);
 }
 
-void micro_direct_avx2(const float* const* a, int mr, int64_t k0, const WeightMat& b, int64_t kc, float* c,
-                       int64_t ldc, int nr, bool acc) {
+void micro_direct_avx2(const float* const* a, int mr, int64_t k0, const WeightMat& b, int64_t kc, float* c, int64_t ldc,
+                       int nr, bool acc) {
     const int64_t off = k0 * b.ld;
     switch (b.dtype) {
         case DType::kBF16: {

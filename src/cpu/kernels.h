@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "src/cpu/plan.h"
+#include "src/cpu/problem.h"
 
 namespace moex::cpu {
 
@@ -31,8 +31,8 @@ struct KernelTable {
     void (*gate_row)(const GateOp& op, const float* g, const float* u, int64_t n, float* h);
 };
 
-const KernelTable& kernels();          // the best table for this CPU
-const KernelTable& scalar_kernels();   // portable (any CPU)
-const KernelTable* avx2_kernels();     // null when the CPU lacks AVX2, FMA or F16C
+const KernelTable& kernels();         // the best table for this CPU
+const KernelTable& scalar_kernels();  // portable (any CPU)
+const KernelTable* avx2_kernels();    // null when the CPU lacks AVX2, FMA or F16C
 
 }  // namespace moex::cpu

@@ -66,8 +66,8 @@ void micro_direct_scalar(const float* const* a, int mr, int64_t k0, const Weight
         }
 }
 
-const KernelTable kScalarTable{"scalar",           stream_scalar,       pack_b_scalar,
-                               micro_scalar,       micro_direct_scalar, gate_row_scalar};
+const KernelTable kScalarTable{"scalar",     stream_scalar,       pack_b_scalar,
+                               micro_scalar, micro_direct_scalar, gate_row_scalar};
 
 }  // namespace
 
@@ -75,8 +75,8 @@ const KernelTable& scalar_kernels() { return kScalarTable; }
 
 const KernelTable* avx2_kernels() {
 #if defined(__x86_64__) || defined(__i386__)
-    static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                           __builtin_cpu_supports("f16c");
+    static const bool ok =
+        __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     return ok ? &kAvx2Table : nullptr;
 #else
     return nullptr;

@@ -19,7 +19,8 @@ void parallel_for(int64_t n, int threads, F&& f) {
         return;
     }
     using Fn = std::remove_reference_t<F>;
-    run_tasks(n, threads, [](void* ctx, int64_t i) { (*static_cast<Fn*>(ctx))(i); }, &f);
+    run_tasks(
+        n, threads, [](void* ctx, int64_t i) { (*static_cast<Fn*>(ctx))(i); }, &f);
 }
 
 // A grow-only 64-byte aligned float buffer; contents are not preserved across growth and never initialised.
@@ -28,7 +29,9 @@ class FloatBuffer {
     float* get(int64_t n);
 
    private:
-    struct Free { void operator()(float* p) const; };
+    struct Free {
+        void operator()(float* p) const;
+    };
     std::unique_ptr<float, Free> data_;
     int64_t size_ = 0;
 };

@@ -7,26 +7,26 @@ namespace moex::cpu {
 namespace {
 
 // The pair's expert, or -1 when the id is a sentinel (negative, >= E, or anything huge).
-inline int64_t valid_id(const Plan& q, int64_t t, int64_t j) {
-    const int64_t id = expert_id(q.ids, t, j);
-    return id >= 0 && id < q.E ? id : -1;
+inline int64_t valid_id(const CpuProblem& cp, int64_t t, int64_t j) {
+    const int64_t id = expert_id(cp.ids, t, j);
+    return id >= 0 && id < cp.E ? id : -1;
 }
 
 }  // namespace
 
-Routing route_by_expert(const Plan& q, int64_t t0, int64_t t1) {
+Routing route_by_expert(const CpuProblem& cp, int64_t t0, int64_t t1) {
     Routing r;
-    const int64_t n = (t1 - t0) * q.k;
-    std::vector<int64_t> count(size_t(q.E), 0);
+    const int64_t n = (t1 - t0) * cp.k;
+    std::vector<int64_t> count(size_t(cp.E), 0);
     r.slot_row.assign(size_t(n), -1);
     for (int64_t s = 0; s < n; ++s) {
-        const int64_t e = valid_id(q, t0 + s / q.k, s % q.k);
+        const int64_t e = valid_id(cp, t0 + s / cp.k, s % cp.k);
         r.slot_row[size_t(s)] = e;  // the expert for now, its row below
         if (e >= 0) ++count[size_t(e)];
     }
-    std::vector<int64_t> cursor(size_t(q.E), 0);
+    std::vector<int64_t> cursor(size_t(cp.E), 0);
     r.begin.push_back(0);
-    for (int64_t e = 0; e < q.E; ++e) {
+    for (int64_t e = 0; e < cp.E; ++e) {
         if (count[size_t(e)] == 0) continue;
         cursor[size_t(e)] = r.begin.back();
         r.expert.push_back(e);
@@ -37,14 +37,14 @@ Routing route_by_expert(const Plan& q, int64_t t0, int64_t t1) {
         const int64_t e = r.slot_row[size_t(s)];
         if (e < 0) continue;
         const int64_t row = cursor[size_t(e)]++;
-        r.token[size_t(row)] = int32_t(s / q.k);
+        r.token[size_t(row)] = int32_t(s / cp.k);
         r.slot_row[size_t(s)] = row;
     }
     return r;
 }
 
-Routing route_by_slot(const Plan& q, int64_t t0, int64_t t1, int64_t max_rows) {
-    Routing r = route_by_expert(q, t0, t1);
+Routing route_by_slot(const CpuProblem& cp, int64_t t0, int64_t t1, int64_t max_rows) {
+    Routing r = route_by_expert(cp, t0, t1);
     std::vector<int64_t> expert, begin{0};
     for (int64_t g = 0; g < r.groups(); ++g)
         for (int64_t row = r.begin[size_t(g)], end = r.begin[size_t(g) + 1]; row < end; row += max_rows) {

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "src/cpu/plan.h"
+#include "src/cpu/problem.h"
 
 namespace moex::cpu {
 
@@ -19,10 +19,10 @@ struct Routing {
 };
 
 // eager, grouped_mm: one group per hit expert in ascending id; rows in token-major order (a stable counting sort).
-Routing route_by_expert(const Plan& q, int64_t t0, int64_t t1);
+Routing route_by_expert(const CpuProblem& cp, int64_t t0, int64_t t1);
 // batched_mm: one product per valid (token, slot) pair, duplicates separate. Pairs of one expert are grouped by up
 // to max_rows in route_by_expert's order, for kernels whose every output is the same float sequence as a GEMV of
 // its pair alone (the streaming kernels): the weights are then loaded once per group instead of once per pair.
-Routing route_by_slot(const Plan& q, int64_t t0, int64_t t1, int64_t max_rows);
+Routing route_by_slot(const CpuProblem& cp, int64_t t0, int64_t t1, int64_t max_rows);
 
 }  // namespace moex::cpu

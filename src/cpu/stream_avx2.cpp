@@ -20,8 +20,8 @@ inline void in_register(__m256& v) { asm("" : "+x"(v)); }
 
 // One 8-wide k step of dot_tile (Tail: the last K - k < 8 elements, zero-padded).
 template <class L, int NB, int MB, bool Tail>
-MOEX_INLINE void dot_step(__m256 (&acc)[NB][MB], const float* const* a, const typename L::T* w, int64_t ldw,
-                          int64_t k, int64_t rest) {
+MOEX_INLINE void dot_step(__m256 (&acc)[NB][MB], const float* const* a, const typename L::T* w, int64_t ldw, int64_t k,
+                          int64_t rest) {
     const __m256i mask = Tail ? first_lanes(rest) : _mm256_setzero_si256();
     auto load_a = [&](int mb) __attribute__((always_inline)) {
         __m256 v = Tail ? _mm256_maskload_ps(a[mb] + k, mask) : _mm256_loadu_ps(a[mb] + k);
@@ -116,8 +116,8 @@ void dot_block(const float* const* a, int64_t m, const typename L::T* w, int64_t
 }
 
 template <class L>
-void stream_dot(const float* const* a, int64_t m, const typename L::T* w, int64_t ldw, int64_t K, int64_t n,
-                float* c, int64_t ldc) {
+void stream_dot(const float* const* a, int64_t m, const typename L::T* w, int64_t ldw, int64_t K, int64_t n, float* c,
+                int64_t ldc) {
     switch (m) {
         case 1: return dot_single_pass<L, 8, 1>(a, w, ldw, K, n, c, ldc);
         case 2: return dot_single_pass<L, 6, 2>(a, w, ldw, K, n, c, ldc);
@@ -154,8 +154,10 @@ inline void axpy_pass(const float* const* a, int64_t k, const typename L::T* w, 
             __m256 cv = full ? _mm256_loadu_ps(cp) : _mm256_maskload_ps(cp, mask);
 #pragma GCC unroll 4
             for (int q = 0; q < KQ; ++q) cv = _mm256_fmadd_ps(av[mb][q], wv[q], cv);
-            if (full) _mm256_storeu_ps(cp, cv);
-            else _mm256_maskstore_ps(cp, mask, cv);
+            if (full)
+                _mm256_storeu_ps(cp, cv);
+            else
+                _mm256_maskstore_ps(cp, mask, cv);
         }
     };
     int64_t j = 0;
@@ -167,14 +169,16 @@ template <class L, int KQ>
 inline void axpy_rows(const float* const* a, int64_t m, int64_t k, const typename L::T* w, int64_t ldw, int64_t n,
                       float* c, int64_t ldc) {
     for (int64_t r = 0; r < m; r += 2) {
-        if (m - r >= 2) axpy_pass<L, 2, KQ>(a + r, k, w, ldw, n, c + r * ldc, ldc);
-        else axpy_pass<L, 1, KQ>(a + r, k, w, ldw, n, c + r * ldc, ldc);
+        if (m - r >= 2)
+            axpy_pass<L, 2, KQ>(a + r, k, w, ldw, n, c + r * ldc, ldc);
+        else
+            axpy_pass<L, 1, KQ>(a + r, k, w, ldw, n, c + r * ldc, ldc);
     }
 }
 
 template <class L>
-void stream_axpy(const float* const* a, int64_t m, const typename L::T* w, int64_t ldw, int64_t K, int64_t n,
-                 float* c, int64_t ldc) {
+void stream_axpy(const float* const* a, int64_t m, const typename L::T* w, int64_t ldw, int64_t K, int64_t n, float* c,
+                 int64_t ldc) {
     for (int64_t r = 0; r < m; ++r)
         for (int64_t j = 0; j < n; ++j) c[r * ldc + j] = 0.0f;
     int64_t k = 0;
@@ -185,8 +189,10 @@ void stream_axpy(const float* const* a, int64_t m, const typename L::T* w, int64
 template <class L>
 void stream_typed(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc) {
     const auto* w = static_cast<const typename L::T*>(b.data);
-    if (b.transposed) stream_axpy<L>(a, m, w, b.ld, b.K, n, c, ldc);
-    else stream_dot<L>(a, m, w, b.ld, b.K, n, c, ldc);
+    if (b.transposed)
+        stream_axpy<L>(a, m, w, b.ld, b.K, n, c, ldc);
+    else
+        stream_dot<L>(a, m, w, b.ld, b.K, n, c, ldc);
 }
 
 }  // namespace

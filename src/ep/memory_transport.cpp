@@ -16,7 +16,7 @@ struct Hub {
     const int R;
     std::barrier<> meet;
     std::vector<const std::vector<SendChunk>*> send;  // (R) what each rank published for this exchange
-    std::vector<const int64_t*> counts;                // (R)
+    std::vector<const int64_t*> counts;               // (R)
 };
 
 class MemoryTransport final : public Transport {

@@ -2,6 +2,7 @@
 // through a file (MOEX_NCCL_ID_FILE), all-to-all as grouped ncclSend/ncclRecv on a private stream.
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -11,8 +12,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <unistd.h>
 
 #include "moex/ep.h"
 #include "moex/error.h"
@@ -150,8 +149,8 @@ std::unique_ptr<Transport> make_nccl_transport_from_env() {
                  "ep/nccl: RANK=" + std::to_string(rank) + " is outside WORLD_SIZE=" + std::to_string(size));
     const char* file = std::getenv("MOEX_NCCL_ID_FILE");
     const char* port = std::getenv("MASTER_PORT");
-    const std::string path = file != nullptr && *file ? std::string(file)
-                                                        : "/tmp/moex_nccl_id_" + std::string(port ? port : "29500");
+    const std::string path =
+        file != nullptr && *file ? std::string(file) : "/tmp/moex_nccl_id_" + std::string(port ? port : "29500");
     return std::make_unique<NcclTransport>(rank, size, local, path);
 }
 

@@ -56,8 +56,8 @@ DispatchPlan plan_dispatch(const TensorView& ids, const TensorView& weights, con
             for (int64_t j = 0; j < k; ++j) {
                 const bool mine = owner[size_t(t * k + j)] == d;
                 const float w = mine ? weight_f32(weights, t, j) : 0.0f;
-                p.send_meta[meta + size_t(j)] = mine ? int32_t(expert_id(ids, t, j) - int64_t(d) * p.E_loc)
-                                                     : int32_t(p.E_loc);
+                p.send_meta[meta + size_t(j)] =
+                    mine ? int32_t(expert_id(ids, t, j) - int64_t(d) * p.E_loc) : int32_t(p.E_loc);
                 std::memcpy(&p.send_meta[meta + size_t(k + j)], &w, 4);
                 if (mine) p.slot_row[size_t(t * k + j)] = slot_base++;
             }

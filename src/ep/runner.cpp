@@ -62,6 +62,23 @@ int64_t off_rank_bytes(const std::vector<int64_t>& counts, int rank, int64_t row
 
 }  // namespace
 
+// One EP call's state as it moves through the four phases of EpRunner::run.
+struct EpCall {
+    const ExpertsProblem& local;
+    int64_t T, H, k, row_bytes;
+    int device_index;
+    bool by_slot;                     // EpCombine::kSlotOrder
+    Tensor w_host;                    // (T, k) the routing weights, read back for the plan
+    ep::DispatchPlan plan;            // what goes to which rank
+    std::vector<int64_t> recv_count;  // (R) rows received from each rank
+    int64_t received = 0;             // N = sum(recv_count)
+    void* recv_meta = nullptr;        // (N, 2k) int32: local ids then weight bits
+    void* recv_x = nullptr;           // (N, H)
+    std::vector<int64_t> back_count;  // (R) result rows this rank returns to each source
+    int64_t rows = 0;                 // rows the local backend computed
+    void* y = nullptr;                // (rows, H)
+};
+
 struct EpRunner::Impl {
     Transport& tr;
     EpShard shard;
@@ -69,8 +86,8 @@ struct EpRunner::Impl {
     // Device buffers: idx/meta uploads, packed and received hidden rows, local problem inputs, results.
     Buffer send_idx, send_x, send_meta, recv_x, recv_meta, slot_x, slot_idx, loc_ids, loc_w, y, back, rows, w;
     Impl(Transport& t, const EpShard& s) : tr(t), shard(s), dev(t.device()) {
-        for (Buffer* b : {&send_idx, &send_x, &send_meta, &recv_x, &recv_meta, &slot_x, &slot_idx, &loc_ids, &loc_w,
-                          &y, &back, &rows, &w})
+        for (Buffer* b : {&send_idx, &send_x, &send_meta, &recv_x, &recv_meta, &slot_x, &slot_idx, &loc_ids, &loc_w, &y,
+                          &back, &rows, &w})
             b->device = dev;
     }
     // Host vector -> device buffer (a plain copy on the host).
@@ -80,7 +97,139 @@ struct EpRunner::Impl {
         ep::copy_bytes(dev, p, v.data(), int64_t(v.size() * sizeof(V)), true, tr.stream());
         return p;
     }
+    void check(const ExpertsProblem& local, const TensorView& out) const;
+    void plan(EpCall& c);
+    void dispatch(EpCall& c, EpStats& st);
+    void compute(EpCall& c, const Backend& backend, const RunOptions& run, EpStats& st);
+    void combine(EpCall& c, const TensorView& out, EpStats& st);
 };
+
+void EpRunner::Impl::check(const ExpertsProblem& local, const TensorView& out) const {
+    local.validate();
+    local.validate_output(out);
+    MOEX_REQUIRE(local.E() == shard.local(), ErrorCode::kInvalidArgument,
+                 "ep: the local expert tensors hold " + std::to_string(local.E()) + " experts, the shard " +
+                     std::to_string(shard.local()) + " (num_experts=" + std::to_string(shard.num_experts) +
+                     ", ep_size=" + std::to_string(shard.ep_size) + ")");
+    MOEX_REQUIRE(local.device() == dev, ErrorCode::kInvalidArgument,
+                 std::string("ep: the problem is on ") + std::string(device_name(local.device())) +
+                     ", the transport moves " + std::string(device_name(dev)) + " memory");
+    MOEX_REQUIRE(local.hidden_states.is_contiguous() && local.top_k_index.is_contiguous() &&
+                     local.top_k_weights.is_contiguous() && out.is_contiguous(),
+                 ErrorCode::kInvalidArgument,
+                 "ep: hidden_states, top_k_index, top_k_weights and out must be contiguous");
+}
+
+// The plan, on the host: the routing is read back and turned into per-rank send lists (the reference EP router).
+void EpRunner::Impl::plan(EpCall& c) {
+    void* stream = tr.stream();
+    Tensor ids_h(c.local.top_k_index.dtype, c.local.top_k_index.shape, 2);
+    c.w_host = Tensor(c.local.top_k_weights.dtype, c.local.top_k_weights.shape, 2);
+    ep::copy_bytes(dev, ids_h.data(), c.local.top_k_index.data, ids_h.nbytes(), false, stream);
+    ep::copy_bytes(dev, c.w_host.data(), c.local.top_k_weights.data, c.w_host.nbytes(), false, stream);
+    ep::sync_stream(dev, stream);
+    c.plan = ep::plan_dispatch(ids_h.view(), c.w_host.view(), shard);
+}
+
+// Dispatch: counts, then the ids/weights rows (2k int32), then the hidden rows (H).
+void EpRunner::Impl::dispatch(EpCall& c, EpStats& st) {
+    const auto t0 = Clock::now();
+    void* stream = tr.stream();
+    const int64_t sent = int64_t(c.plan.send_token.size()), meta_bytes = 2 * c.k * 4;
+    void* sx = send_x.get(sent * c.row_bytes);
+    ep::gather_rows(dev, sx, c.local.hidden_states.data,
+                    static_cast<const int64_t*>(upload(send_idx, c.plan.send_token)), sent, c.row_bytes, stream);
+    void* smeta = upload(send_meta, c.plan.send_meta);
+    c.recv_count.assign(size_t(shard.ep_size), 0);
+    tr.exchange_counts(c.plan.send_count.data(), c.recv_count.data());
+    c.received = sum(c.recv_count);
+    c.recv_meta = recv_meta.get(c.received * meta_bytes);
+    c.recv_x = recv_x.get(c.received * c.row_bytes);
+    ep::sync_stream(dev, stream);  // packing done before the transport reads
+    tr.all_to_all(send_chunks(smeta, c.plan.send_count, meta_bytes),
+                  recv_chunks(c.recv_meta, c.recv_count, meta_bytes));
+    tr.all_to_all(send_chunks(sx, c.plan.send_count, c.row_bytes), recv_chunks(c.recv_x, c.recv_count, c.row_bytes));
+    ep::sync_stream(dev, stream);
+    st.dispatch_s = since(t0);
+    st.sent_rows = sent, st.received_rows = c.received;
+    st.dispatch_bytes = off_rank_bytes(c.plan.send_count, shard.rank, c.row_bytes + meta_bytes);
+}
+
+// Compute: the local backend on this rank's shard.
+void EpRunner::Impl::compute(EpCall& c, const Backend& backend, const RunOptions& run, EpStats& st) {
+    const auto t0 = Clock::now();
+    void* stream = tr.stream();
+    const int64_t N = c.received, k = c.k, H = c.H, E_loc = shard.local();
+    const DType dt = c.local.dtype();
+    std::vector<int32_t> meta_h(static_cast<size_t>(N * 2 * k));
+    ep::copy_bytes(dev, meta_h.data(), c.recv_meta, N * 2 * k * 4, false, stream);
+    ep::sync_stream(dev, stream);
+    ExpertsProblem p = c.local;
+    if (c.by_slot) {
+        // One row per (received token, local slot), k = 1 and weight 1: the backend returns y_j = f_e(x) (+ bias)
+        // unweighted, so that the token's rank can apply w_j in slot order exactly as a single-rank combine does.
+        const ep::ReceivePlan rp = ep::plan_receive(c.recv_count, meta_h.data(), k, E_loc);
+        c.rows = int64_t(rp.slot_src.size());
+        void* xs = slot_x.get(c.rows * c.row_bytes);
+        ep::gather_rows(dev, xs, c.recv_x, static_cast<const int64_t*>(upload(slot_idx, rp.slot_src)), c.rows,
+                        c.row_bytes, stream);
+        p.hidden_states = TensorView::contiguous(xs, dt, {c.rows, H}, dev, c.device_index);
+        p.top_k_index =
+            TensorView::contiguous(upload(loc_ids, rp.slot_id), DType::kI32, {c.rows, 1}, dev, c.device_index);
+        p.top_k_weights = TensorView::contiguous(upload(loc_w, std::vector<float>(size_t(c.rows), 1.0f)), DType::kF32,
+                                                 {c.rows, 1}, dev, c.device_index);
+        c.back_count = rp.slot_back_count;
+    } else {
+        // The received (N, k) ids/weights as sent: local ids with sentinel E_loc, weight 0 elsewhere (the EP router).
+        std::vector<int32_t> ids(static_cast<size_t>(N * k));
+        std::vector<float> wts(static_cast<size_t>(N * k));
+        for (int64_t i = 0; i < N; ++i)
+            for (int64_t j = 0; j < k; ++j) {
+                ids[size_t(i * k + j)] = meta_h[size_t(i * 2 * k + j)];
+                std::memcpy(&wts[size_t(i * k + j)], &meta_h[size_t(i * 2 * k + k + j)], 4);
+            }
+        c.rows = N;
+        p.hidden_states = TensorView::contiguous(c.recv_x, dt, {N, H}, dev, c.device_index);
+        p.top_k_index = TensorView::contiguous(upload(loc_ids, ids), DType::kI32, {N, k}, dev, c.device_index);
+        p.top_k_weights = TensorView::contiguous(upload(loc_w, wts), DType::kF32, {N, k}, dev, c.device_index);
+        c.back_count = c.recv_count;
+    }
+    c.y = y.get(c.rows * c.row_bytes);
+    if (c.rows > 0) {
+        RunOptions ro = run;
+        if (dev == Device::kCUDA) ro.cuda_stream = stream;
+        backend.run(p, TensorView::contiguous(c.y, dt, {c.rows, H}, dev, c.device_index), ro);
+    }
+    ep::sync_stream(dev, stream);
+    st.compute_s = since(t0);
+    st.computed_rows = c.rows;
+}
+
+// Combine: the results back to the tokens' ranks, reduced in slot or rank order.
+void EpRunner::Impl::combine(EpCall& c, const TensorView& out, EpStats& st) {
+    const auto t0 = Clock::now();
+    void* stream = tr.stream();
+    const int64_t T = c.T, k = c.k;
+    const std::vector<int64_t>& expect = c.by_slot ? c.plan.slot_back_count : c.plan.send_count;
+    void* bk = back.get(sum(expect) * c.row_bytes);
+    tr.all_to_all(send_chunks(c.y, c.back_count, c.row_bytes), recv_chunks(bk, expect, c.row_bytes));
+    std::vector<float> wf;  // (T, k) the routing weights as f32 (exact for bf16/f16)
+    if (c.by_slot) {
+        wf.resize(size_t(T * k));
+        const TensorView& wv = c.w_host.view();
+        for (int64_t i = 0; i < T * k; ++i)
+            wf[size_t(i)] = wv.dtype == DType::kF32    ? wv.ptr<const float>()[i]
+                            : wv.dtype == DType::kBF16 ? bf16_to_f32(wv.ptr<const uint16_t>()[i])
+                                                       : f16_to_f32(wv.ptr<const uint16_t>()[i]);
+    }
+    const int64_t M = c.by_slot ? k : shard.ep_size;
+    const auto* rws = static_cast<const int64_t*>(upload(rows, c.by_slot ? c.plan.slot_row : c.plan.rank_row));
+    const auto* wd = c.by_slot ? static_cast<const float*>(upload(w, wf)) : nullptr;
+    ep::combine_rows(dev, out.data, bk, rws, wd, T, M, c.H, c.local.dtype(), stream);
+    ep::sync_stream(dev, stream);
+    st.combine_s = since(t0);
+    st.combine_bytes = off_rank_bytes(c.back_count, shard.rank, c.row_bytes);
+}
 
 EpRunner::EpRunner(Transport& transport, const EpShard& shard) : impl_(std::make_unique<Impl>(transport, shard)) {
     MOEX_REQUIRE(transport.size() == shard.ep_size && transport.rank() == shard.rank, ErrorCode::kInvalidArgument,
@@ -93,126 +242,20 @@ EpRunner::~EpRunner() = default;
 EpStats EpRunner::run(const ExpertsProblem& local, const TensorView& out, const EpOptions& options) {
     Impl& m = *impl_;
     const Backend& backend = ExpertsInterface::global().get(options.backend);
-    local.validate();
-    local.validate_output(out);
-    const EpShard& sh = m.shard;
-    MOEX_REQUIRE(local.E() == sh.local(), ErrorCode::kInvalidArgument,
-                 "ep: the local expert tensors hold " + std::to_string(local.E()) + " experts, the shard " +
-                     std::to_string(sh.local()) + " (num_experts=" + std::to_string(sh.num_experts) +
-                     ", ep_size=" + std::to_string(sh.ep_size) + ")");
-    MOEX_REQUIRE(local.device() == m.dev, ErrorCode::kInvalidArgument,
-                 std::string("ep: the problem is on ") + std::string(device_name(local.device())) +
-                     ", the transport moves " + std::string(device_name(m.dev)) + " memory");
-    MOEX_REQUIRE(local.hidden_states.is_contiguous() && local.top_k_index.is_contiguous() &&
-                     local.top_k_weights.is_contiguous() && out.is_contiguous(),
-                 ErrorCode::kInvalidArgument, "ep: hidden_states, top_k_index, top_k_weights and out must be contiguous");
-    const int R = sh.ep_size, rank = sh.rank;
-    const int64_t T = local.T(), H = local.H(), k = local.k(), E_loc = sh.local();
-    const int64_t row_bytes = H * dtype_size(local.dtype());
-    void* stream = m.tr.stream();
-    const int dix = local.hidden_states.device_index;
+    m.check(local, out);
+    EpCall c{.local = local,
+             .T = local.T(),
+             .H = local.H(),
+             .k = local.k(),
+             .row_bytes = local.H() * dtype_size(local.dtype()),
+             .device_index = local.hidden_states.device_index,
+             .by_slot = options.combine == EpCombine::kSlotOrder};
     EpStats st;
-    st.tokens = T;
-
-    // ---- plan (host) ----
-    Tensor ids_h(local.top_k_index.dtype, local.top_k_index.shape, 2);
-    Tensor w_h(local.top_k_weights.dtype, local.top_k_weights.shape, 2);
-    ep::copy_bytes(m.dev, ids_h.data(), local.top_k_index.data, ids_h.nbytes(), false, stream);
-    ep::copy_bytes(m.dev, w_h.data(), local.top_k_weights.data, w_h.nbytes(), false, stream);
-    ep::sync_stream(m.dev, stream);
-    const ep::DispatchPlan plan = ep::plan_dispatch(ids_h.view(), w_h.view(), sh);
-
-    // ---- dispatch: counts, then ids/weights rows (2k int32), then hidden rows (H) ----
-    auto t0 = Clock::now();
-    const int64_t sent = int64_t(plan.send_token.size()), meta_bytes = 2 * k * 4;
-    void* sx = m.send_x.get(sent * row_bytes);
-    ep::gather_rows(m.dev, sx, local.hidden_states.data, static_cast<const int64_t*>(m.upload(m.send_idx, plan.send_token)),
-                    sent, row_bytes, stream);
-    void* smeta = m.upload(m.send_meta, plan.send_meta);
-    std::vector<int64_t> recv_count(static_cast<size_t>(R));
-    m.tr.exchange_counts(plan.send_count.data(), recv_count.data());
-    const int64_t N = sum(recv_count);
-    void* rmeta = m.recv_meta.get(N * meta_bytes);
-    void* rx = m.recv_x.get(N * row_bytes);
-    ep::sync_stream(m.dev, stream);  // packing done before the transport reads
-    m.tr.all_to_all(send_chunks(smeta, plan.send_count, meta_bytes),
-                    recv_chunks(rmeta, recv_count, meta_bytes));
-    m.tr.all_to_all(send_chunks(sx, plan.send_count, row_bytes),
-                    recv_chunks(rx, recv_count, row_bytes));
-    ep::sync_stream(m.dev, stream);
-    st.dispatch_s = since(t0);
-    st.sent_rows = sent, st.received_rows = N;
-    st.dispatch_bytes = off_rank_bytes(plan.send_count, rank, row_bytes + meta_bytes);
-
-    // ---- compute: the local backend on this rank's shard ----
-    t0 = Clock::now();
-    std::vector<int32_t> meta_h(static_cast<size_t>(N * 2 * k));
-    ep::copy_bytes(m.dev, meta_h.data(), rmeta, N * meta_bytes, false, stream);
-    ep::sync_stream(m.dev, stream);
-    const bool by_slot = options.combine == EpCombine::kSlotOrder;
-    std::vector<int64_t> back_count;  // (R) result rows this rank returns to each source
-    int64_t rows = 0;
-    ExpertsProblem p = local;
-    if (by_slot) {
-        // One row per (received token, local slot), k = 1 and weight 1: the backend returns y_j = f_e(x) (+ bias)
-        // unweighted, so that the token's rank can apply w_j in slot order exactly as a single-rank combine does.
-        const ep::ReceivePlan rp = ep::plan_receive(recv_count, meta_h.data(), k, E_loc);
-        rows = int64_t(rp.slot_src.size());
-        void* xs = m.slot_x.get(rows * row_bytes);
-        ep::gather_rows(m.dev, xs, rx, static_cast<const int64_t*>(m.upload(m.slot_idx, rp.slot_src)), rows, row_bytes,
-                        stream);
-        p.hidden_states = TensorView::contiguous(xs, local.dtype(), {rows, H}, m.dev, dix);
-        p.top_k_index = TensorView::contiguous(m.upload(m.loc_ids, rp.slot_id), DType::kI32, {rows, 1}, m.dev, dix);
-        p.top_k_weights = TensorView::contiguous(m.upload(m.loc_w, std::vector<float>(size_t(rows), 1.0f)),
-                                                 DType::kF32, {rows, 1}, m.dev, dix);
-        back_count = rp.slot_back_count;
-    } else {
-        // The received (N, k) ids/weights as sent: local ids with sentinel E_loc, weight 0 elsewhere (the EP router).
-        std::vector<int32_t> ids(static_cast<size_t>(N * k));
-        std::vector<float> wts(static_cast<size_t>(N * k));
-        for (int64_t i = 0; i < N; ++i)
-            for (int64_t j = 0; j < k; ++j) {
-                ids[size_t(i * k + j)] = meta_h[size_t(i * 2 * k + j)];
-                std::memcpy(&wts[size_t(i * k + j)], &meta_h[size_t(i * 2 * k + k + j)], 4);
-            }
-        rows = N;
-        p.hidden_states = TensorView::contiguous(rx, local.dtype(), {N, H}, m.dev, dix);
-        p.top_k_index = TensorView::contiguous(m.upload(m.loc_ids, ids), DType::kI32, {N, k}, m.dev, dix);
-        p.top_k_weights = TensorView::contiguous(m.upload(m.loc_w, wts), DType::kF32, {N, k}, m.dev, dix);
-        back_count = recv_count;
-    }
-    void* y = m.y.get(rows * row_bytes);
-    if (rows > 0) {
-        RunOptions ro = options.run;
-        if (m.dev == Device::kCUDA) ro.cuda_stream = stream;
-        backend.run(p, TensorView::contiguous(y, local.dtype(), {rows, H}, m.dev, dix), ro);
-    }
-    ep::sync_stream(m.dev, stream);
-    st.compute_s = since(t0);
-    st.computed_rows = rows;
-
-    // ---- combine: results back to the tokens' ranks, reduced in slot or rank order ----
-    t0 = Clock::now();
-    const std::vector<int64_t>& expect = by_slot ? plan.slot_back_count : plan.send_count;
-    void* bk = m.back.get(sum(expect) * row_bytes);
-    m.tr.all_to_all(send_chunks(y, back_count, row_bytes),
-                    recv_chunks(bk, expect, row_bytes));
-    std::vector<float> wf;  // (T, k) the routing weights as f32 (exact for bf16/f16)
-    if (by_slot) {
-        wf.resize(size_t(T * k));
-        const TensorView& wv = w_h.view();
-        for (int64_t i = 0; i < T * k; ++i)
-            wf[size_t(i)] = wv.dtype == DType::kF32    ? wv.ptr<const float>()[i]
-                            : wv.dtype == DType::kBF16 ? bf16_to_f32(wv.ptr<const uint16_t>()[i])
-                                                       : f16_to_f32(wv.ptr<const uint16_t>()[i]);
-    }
-    const int64_t M = by_slot ? k : R;
-    const auto* rws = static_cast<const int64_t*>(m.upload(m.rows, by_slot ? plan.slot_row : plan.rank_row));
-    const auto* wd = by_slot ? static_cast<const float*>(m.upload(m.w, wf)) : nullptr;
-    ep::combine_rows(m.dev, out.data, bk, rws, wd, T, M, H, local.dtype(), stream);
-    ep::sync_stream(m.dev, stream);
-    st.combine_s = since(t0);
-    st.combine_bytes = off_rank_bytes(back_count, rank, row_bytes);
+    st.tokens = c.T;
+    m.plan(c);
+    m.dispatch(c, st);
+    m.compute(c, backend, options.run, st);
+    m.combine(c, out, st);
     return st;
 }
 

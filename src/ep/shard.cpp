@@ -53,13 +53,17 @@ void ep_route_local(const TensorView& global_ids, const TensorView& weights, con
             const bool local = e >= lo && e < lo + n;
             const int64_t id = local ? e - lo : n;  // the sentinel is E_loc == the shard's num_experts
             const int64_t io = t * local_ids.strides[0] + j * local_ids.strides[1];
-            if (local_ids.dtype == DType::kI64) local_ids.ptr<int64_t>()[io] = id;
-            else local_ids.ptr<int32_t>()[io] = int32_t(id);
-            const char* src = static_cast<const char*>(weights.data) + (t * weights.strides[0] + j * weights.strides[1]) * es;
+            if (local_ids.dtype == DType::kI64)
+                local_ids.ptr<int64_t>()[io] = id;
+            else
+                local_ids.ptr<int32_t>()[io] = int32_t(id);
+            const char* src =
+                static_cast<const char*>(weights.data) + (t * weights.strides[0] + j * weights.strides[1]) * es;
             char* dst = static_cast<char*>(local_weights.data) +
                         (t * local_weights.strides[0] + j * local_weights.strides[1]) * es;
             if (local) {
-                if (dst != src) for (int64_t b = 0; b < es; ++b) dst[b] = src[b];
+                if (dst != src)
+                    for (int64_t b = 0; b < es; ++b) dst[b] = src[b];
             } else {
                 for (int64_t b = 0; b < es; ++b) dst[b] = 0;  // +0.0 in every float format
             }

@@ -25,9 +25,9 @@ class JsonFields {
     JsonFields(const OrderedJson& object, std::string label, std::string prefix = "")
         : object_(object), label_(std::move(label)), prefix_(std::move(prefix)) {}
 
-    bool has(const std::string& key) const;                // present and not null
+    bool has(const std::string& key) const;                                        // present and not null
     bool contains(const std::string& key) const { return object_.contains(key); }  // present, maybe null
-    const OrderedJson* get(const std::string& key) const;  // nullptr when absent or null
+    const OrderedJson* get(const std::string& key) const;                          // nullptr when absent or null
 
     std::optional<int64_t> integer(const std::string& key) const;  // an integer, or a float with an integral value
     std::optional<double> number(const std::string& key) const;

@@ -17,9 +17,9 @@ constexpr const char* kTensorNames =
     "gate_up_proj_bias (up_proj_bias), down_proj_bias, out";
 constexpr const char* kKnownKeys =
     "activation, is_transposed, is_concatenated, has_gate, gate, swiglu_alpha, swiglu_limit (and format, description)";
-const std::set<std::string_view> kMetadataKeys = {"activation", "is_transposed", "is_concatenated",
-                                                  "has_gate",   "gate",          "swiglu_alpha",
-                                                  "swiglu_limit", "format",      "description"};
+const std::set<std::string_view> kMetadataKeys = {"activation",   "is_transposed", "is_concatenated",
+                                                  "has_gate",     "gate",          "swiglu_alpha",
+                                                  "swiglu_limit", "format",        "description"};
 
 [[noreturn]] void bad(const std::string& path, const std::string& msg) {
     fail(ErrorCode::kInvalidArgument, path + ": " + msg);

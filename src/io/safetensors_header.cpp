@@ -85,9 +85,7 @@ json parse_json(std::string_view text, const std::string& path) {
                 stack.emplace_back();
                 break;
             case Event::object_end:
-            case Event::array_end:
-                stack.pop_back();
-                break;
+            case Event::array_end: stack.pop_back(); break;
             case Event::key: {
                 Frame& frame = stack.back();
                 const std::string& key = parsed.get_ref<const std::string&>();
@@ -100,8 +98,7 @@ json parse_json(std::string_view text, const std::string& path) {
                 frame.last_key = key;
                 break;
             }
-            case Event::value:
-                break;
+            case Event::value: break;
         }
         return true;
     };
@@ -318,31 +315,6 @@ size_t utf8_invalid_at(std::string_view s) {
         i += len;
     }
     return std::string_view::npos;
-}
-
-std::string backticked(std::string_view s) {
-    std::string out = "`";
-    size_t keep = std::min<size_t>(s.size(), 120);
-    while (keep < s.size() && keep > 0 && (uint8_t(s[keep]) & 0xc0) == 0x80) --keep;  // cut between characters
-    const bool utf8 = utf8_invalid_at(s) == std::string_view::npos;  // else escape every non-ASCII byte too
-    for (size_t i = 0; i < keep; ++i) {
-        const auto c = uint8_t(s[i]);
-        if (c < 0x20 || c == 0x7f || (c >= 0x80 && !utf8)) {
-            char hex[8];
-            std::snprintf(hex, sizeof hex, "\\x%02x", unsigned(c));
-            out += hex;
-        } else {
-            out += char(c);
-        }
-    }
-    if (keep < s.size()) out += "...";
-    return out + "`";
-}
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-    std::string s = "(";
-    for (size_t d = 0; d < shape.size(); ++d) s += (d ? ", " : "") + std::to_string(shape[d]);
-    return s + (shape.size() == 1 ? ",)" : ")");
 }
 
 }  // namespace moex::io

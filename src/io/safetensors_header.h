@@ -1,5 +1,5 @@
 // Internal to src/io: the safetensors dtype table, the header parser/validator shared by the reader, the fuzzer
-// and the tests, and small helpers that keep error messages on one line.
+// and the tests (message helpers: src/io/messages.h).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "moex/safetensors.h"
+#include "src/io/messages.h"
 
 namespace moex::io {
 
@@ -35,8 +36,6 @@ struct ParsedHeader {
 // the data buffer and the file size. Reads only the first 8 + N bytes; `data` may be null when size < 8.
 ParsedHeader parse_safetensors(const uint8_t* data, uint64_t size, const std::string& path);
 
-size_t utf8_invalid_at(std::string_view s);                 // std::string_view::npos when `s` is valid UTF-8
-std::string backticked(std::string_view s);                 // `s` in backticks, control bytes escaped, cut at 120 bytes
-std::string shape_text(const std::vector<int64_t>& shape);  // "(2, 3)", "(5,)", "()"
+size_t utf8_invalid_at(std::string_view s);  // std::string_view::npos when `s` is valid UTF-8
 
 }  // namespace moex::io

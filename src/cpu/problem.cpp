@@ -1,43 +1,43 @@
-// make_plan (ExpertsProblem -> Plan), thread-count resolution and the scalar dtype helpers of the CPU path.
-#include "src/cpu/plan.h"
+// unpack_problem (ExpertsProblem -> CpuProblem), thread-count resolution and the scalar dtype helpers of the CPU path.
+#include "src/cpu/problem.h"
 
 #include <thread>
 
 namespace moex::cpu {
 
-Plan make_plan(const ExpertsProblem& p) {
-    Plan q;
-    q.T = p.T(), q.H = p.H(), q.I = p.I(), q.E = p.E(), q.k = p.k();
-    q.up_width = p.up_width();
-    q.dtype = p.dtype();
-    q.layout = !p.has_gate ? GateLayout::kUngated
-               : p.is_concatenated ? GateLayout::kConcatenated
-                                   : GateLayout::kInterleaved;
-    q.act = p.activation;
-    q.gate = p.gate;
-    q.alpha = p.swiglu_alpha, q.limit = p.swiglu_limit;
-    q.x = p.hidden_states.data;
-    q.ids = p.top_k_index, q.weights = p.top_k_weights;
-    q.up_bias = p.gate_up_bias.defined() ? p.gate_up_bias.data : nullptr;
-    q.down_bias = p.down_bias.defined() ? p.down_bias.data : nullptr;
-    q.p = &p;
-    return q;
+CpuProblem unpack_problem(const ExpertsProblem& p) {
+    CpuProblem cp;
+    cp.T = p.T(), cp.H = p.H(), cp.I = p.I(), cp.E = p.E(), cp.k = p.k();
+    cp.up_width = p.up_width();
+    cp.dtype = p.dtype();
+    cp.layout = !p.has_gate         ? GateLayout::kUngated
+                : p.is_concatenated ? GateLayout::kConcatenated
+                                    : GateLayout::kInterleaved;
+    cp.act = p.activation;
+    cp.gate = p.gate;
+    cp.alpha = p.swiglu_alpha, cp.limit = p.swiglu_limit;
+    cp.x = p.hidden_states.data;
+    cp.ids = p.top_k_index, cp.weights = p.top_k_weights;
+    cp.up_bias = p.gate_up_bias.defined() ? p.gate_up_bias.data : nullptr;
+    cp.down_bias = p.down_bias.defined() ? p.down_bias.data : nullptr;
+    cp.p = &p;
+    return cp;
 }
 
-WeightMat Plan::up(int64_t e) const {
+WeightMat CpuProblem::up(int64_t e) const {
     const bool tr = p->is_transposed;  // (E, H, up_width) else (E, up_width, H)
     const int64_t size = up_width * H;
-    return {static_cast<const char*>(p->gate_up_proj.data) + e * size * dtype_size(dtype), dtype, tr,
-            tr ? up_width : H, H};
+    return {static_cast<const char*>(p->gate_up_proj.data) + e * size * dtype_size(dtype), dtype, tr, tr ? up_width : H,
+            H};
 }
 
-WeightMat Plan::down(int64_t e) const {
+WeightMat CpuProblem::down(int64_t e) const {
     const bool tr = p->is_transposed;  // (E, I, H) else (E, H, I)
     const int64_t size = H * I;
     return {static_cast<const char*>(p->down_proj.data) + e * size * dtype_size(dtype), dtype, tr, tr ? H : I, I};
 }
 
-float Plan::route_weight(int64_t t, int64_t j) const {
+float CpuProblem::route_weight(int64_t t, int64_t j) const {
     const int64_t off = t * weights.strides[0] + j * weights.strides[1];
     switch (weights.dtype) {
         case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(weights.data)[off]);

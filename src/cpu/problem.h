@@ -38,7 +38,7 @@ struct GateOp {
     DType round = DType::kF32;  // the activation dtype h is rounded to
 };
 
-struct Plan {
+struct CpuProblem {
     int64_t T = 0, H = 0, I = 0, E = 0, k = 0;
     int64_t up_width = 0;  // 2I gated, I ungated
     DType dtype = DType::kF32;
@@ -46,20 +46,20 @@ struct Plan {
     Activation act = Activation::kSilu;
     GateKind gate = GateKind::kDefault;
     float alpha = 1.702f, limit = 7.0f;
-    const void* x = nullptr;      // (T, H)
-    TensorView ids, weights;      // (T, k)
+    const void* x = nullptr;          // (T, H)
+    TensorView ids, weights;          // (T, k)
     const void* up_bias = nullptr;    // (E, up_width) or null
     const void* down_bias = nullptr;  // (E, H) or null
     const ExpertsProblem* p = nullptr;
 
     GateOp gate_op() const { return {layout != GateLayout::kUngated, gate, act, alpha, limit, dtype}; }
 
-    WeightMat up(int64_t e) const;    // (up_width, H)
-    WeightMat down(int64_t e) const;  // (H, I)
+    WeightMat up(int64_t e) const;                   // (up_width, H)
+    WeightMat down(int64_t e) const;                 // (H, I)
     float route_weight(int64_t t, int64_t j) const;  // top_k_weights[t, j] as f32
 };
 
-Plan make_plan(const ExpertsProblem& p);
+CpuProblem unpack_problem(const ExpertsProblem& p);
 
 // 0 = all hardware threads.
 int resolve_threads(int num_threads);
