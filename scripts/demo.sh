@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-bash scripts/build.sh -DMOEX_TESTS=OFF
+cmake --preset release -DMOEX_TESTS=OFF >/dev/null
+cmake --build --preset release -j "$(nproc)"
 moex=build/moex
 $moex backends
 mkdir -p build/demo

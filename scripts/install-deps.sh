@@ -1,13 +1,28 @@
 #!/usr/bin/env bash
-# Installs the Debian packages moex builds with (idempotent). Needs root or sudo; skips what is already there.
+# Installs what moex builds and checks with (idempotent; needs root or sudo, skips what is already there): the Debian
+# packages, and where nvcc is present but cuobjdump is not (the SASS census test), NVIDIA's cuobjdump and nvdisasm
+# wheels from PyPI, linked into /usr/local/bin.
 set -euo pipefail
-pkgs=(cmake ninja-build g++ nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev googletest libopenblas-dev libpcre2-dev libutf8proc-dev)
+pkgs=(cmake ninja-build g++ nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev googletest libopenblas-dev
+      libpcre2-dev libutf8proc-dev pkg-config clang-format shellcheck python3-pip)
+sudo_cmd=""
+[ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then
-  sudo_cmd=""
-  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
-  echo "moex: installing ${missing[*]}" >&2
-  $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
+    echo "moex: installing ${missing[*]}" >&2
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+nvcc_bin=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
+if [[ -n $nvcc_bin ]] && ! command -v cuobjdump >/dev/null && [[ ! -x $(dirname "$nvcc_bin")/cuobjdump ]]; then
+    tools=/opt/moex-cuda-tools
+    echo "moex: installing cuobjdump and nvdisasm into $tools" >&2
+    PIP_ROOT_USER_ACTION=ignore $sudo_cmd python3 -m pip install -q --disable-pip-version-check --target "$tools" nvidia-cuda-cuobjdump \
+        nvidia-cuda-nvdisasm
+    for t in cuobjdump nvdisasm; do
+        bin=$(find "$tools" -name "$t" -type f | head -1)
+        $sudo_cmd chmod +x "$bin"
+        $sudo_cmd ln -sf "$bin" "/usr/local/bin/$t"
+    done
 fi

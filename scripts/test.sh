@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# The test command: installs dependencies, builds (CUDA sources too when nvcc is present), runs the tests, then
-# runs them again under AddressSanitizer + UndefinedBehaviorSanitizer (host code, CUDA off).
+# The test command (what CI runs): installs the dependencies, checks the written rules (format, shellcheck, include
+# layering), builds the release preset (CUDA sources too when nvcc is present) and runs its tests, then builds the
+# host code under AddressSanitizer + UndefinedBehaviorSanitizer and runs the tests again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-BUILD_DIR=build bash scripts/build.sh
-ctest --test-dir build --output-on-failure -j "$(nproc)"
-BUILD_DIR=build-asan BUILD_TYPE=RelWithDebInfo bash scripts/build.sh -DMOEX_CUDA=OFF -DMOEX_SANITIZE=address,undefined
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan --output-on-failure -j "$(nproc)"
+bash scripts/check_style.sh
+jobs=${JOBS:-$(nproc)}
+cmake --preset release -DMOEX_TESTS=ON >/dev/null
+cmake --build --preset release -j "$jobs"
+ctest --preset release -j "$jobs"
+cmake --preset asan >/dev/null
+cmake --build --preset asan -j "$jobs"
+ctest --preset asan -j "$jobs"

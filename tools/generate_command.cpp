@@ -11,8 +11,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "moex/error.h"
@@ -21,6 +21,9 @@
 
 #ifndef MOEX_SOURCE_DIR
 #define MOEX_SOURCE_DIR "."
+#endif
+#ifndef MOEX_DATA_FROM_BIN
+#define MOEX_DATA_FROM_BIN "../share/moex"
 #endif
 
 namespace moex::cli {
@@ -36,10 +39,18 @@ struct GenerateArgs {
     bool json = false, verbose = false, ignore_eos = false;
 };
 
-// The shipped model: $MOEX_DEFAULT_MODEL, else models/moex-tiny-moe of the source tree this binary was built from.
+// The shipped model: $MOEX_DEFAULT_MODEL; else the installed copy beside this program (<prefix>/bin/moex ->
+// <prefix>/share/moex/models/moex-tiny-moe); else models/moex-tiny-moe of the source tree it was built from.
 std::string default_model() {
+    namespace fs = std::filesystem;
     if (const char* env = std::getenv("MOEX_DEFAULT_MODEL"); env && *env) return env;
-    return (std::filesystem::path(MOEX_SOURCE_DIR) / "models" / "moex-tiny-moe").string();
+    std::error_code ec;
+    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec) {
+        const fs::path installed = exe.parent_path() / MOEX_DATA_FROM_BIN / "models" / "moex-tiny-moe";
+        if (fs::is_regular_file(installed / "config.json", ec)) return installed.lexically_normal().string();
+    }
+    return (fs::path(MOEX_SOURCE_DIR) / "models" / "moex-tiny-moe").string();
 }
 
 void run(const GenerateArgs& a) {
@@ -51,7 +62,8 @@ void run(const GenerateArgs& a) {
     options.max_context = a.max_context;
     const std::string dir = a.model.empty() ? default_model() : a.model;
     Model model = Model::from_pretrained(dir, options);
-    MOEX_REQUIRE(model.tokenizer() != nullptr, ErrorCode::kNotFound, dir + ": no tokenizer.json; moex generate needs one");
+    MOEX_REQUIRE(model.tokenizer() != nullptr, ErrorCode::kNotFound,
+                 dir + ": no tokenizer.json; moex generate needs one");
 
     // Sampling: the command line, else generation_config.json (do_sample, temperature, top_k, top_p), else greedy.
     const ModelConfig& c = model.config();
@@ -112,8 +124,8 @@ void run(const GenerateArgs& a) {
     }
     const std::string stats =
         fmt::format("prefill: {} tokens, {:.1f} tokens/s; decode: {} tokens, {:.1f} tokens/s ({}, {}, experts {})",
-                    r.prompt_ids.size(), prefill[prefill.size() / 2], r.new_ids.size(), decode[decode.size() / 2], device_name(model.device()), dtype_name(model.dtype()),
-                    model.experts_backend());
+                    r.prompt_ids.size(), prefill[prefill.size() / 2], r.new_ids.size(), decode[decode.size() / 2],
+                    device_name(model.device()), dtype_name(model.dtype()), model.experts_backend());
     std::fprintf(a.json ? stderr : stdout, "%s\n", stats.c_str());
 }
 

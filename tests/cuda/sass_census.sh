@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2016  # the expect conditions are awk expressions over the census columns ($2, $3, $4)
+# The SASS census of libmoex_cuda.a as a test: the tensor-core and TMA instructions each kernel family was written
+# for must be in its machine code, so a change that loses them fails here, before any timing.
+# Usage: sass_census.sh CUOBJDUMP LIBMOEX_CUDA   (prints one line per kernel that uses HGMMA / UTMALDG / HMMA)
+set -euo pipefail
+cuobjdump=$1 lib=$2
+census=$("$cuobjdump" --dump-sass "$lib" | awk '
+    /Function :/ { if (n != "") print n, h, t, m; n = $3; h = 0; t = 0; m = 0 }
+    /HGMMA/ { h++ } /UTMALDG/ { t++ } /HMMA/ { m++ }
+    END { if (n != "") print n, h, t, m }')
+printf '%-6s %-7s %-5s %s\n' HGMMA UTMALDG HMMA kernel
+awk '$2 + $3 + $4 > 0 { printf "%-6d %-7d %-5d %s\n", $2, $3, $4, substr($1, 1, 110) }' <<<"$census"
+
+fail=0
+# expect FAMILY_REGEX COUNT AWK_CONDITION WHAT: exactly COUNT kernels match, each meeting the condition.
+expect() {
+    local family=$1 count=$2 cond=$3 what=$4 found ok
+    found=$(awk -v re="$family" '$1 ~ re' <<<"$census" | wc -l)
+    ok=$(awk -v re="$family" "\$1 ~ re && ($cond)" <<<"$census" | wc -l)
+    if ((found != count || ok != count)); then
+        echo "FAIL: $what: $ok of $found kernels matching /$family/ (want $count of $count)"
+        fail=1
+    else
+        echo "ok: $what ($count kernels)"
+    fi
+}
+expect 'grouped_gemm_sm90_kernel' 12 '$2 >= 4 && $3 >= 5' "sm_90a grouped GEMM issues HGMMA and UTMALDG"
+expect 'batched_proj_kernel.*LoopE0E' 8 '$4 > 0' "batched_mm mma loop issues HMMA"
+expect 'grouped_gemm_portable_kernelI(6__half|13__nv_bfloat16)' 8 '$4 > 0' "portable grouped GEMM (16-bit) issues HMMA"
+expect 'attention_flash_kernel' 1 '$4 > 0' "flash attention issues HMMA"
+exit $fail
