@@ -1,5 +1,5 @@
-// What `moex bench --device cuda` compares against, transcribed from shared/perf/baselines.md: the H200's measured
-// ceilings (the floor's two terms) and the best Hugging Face configuration per (shape, T), bf16. Used by the report.
+// What `moex bench --device cuda` compares against (bench/RESULTS.md, "Baselines compiled into moex bench"): the
+// H200's measured ceilings (the floor's two terms) and the best Hugging Face configuration per (shape, T), bf16.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +8,7 @@
 
 namespace moex::bench {
 
-// Measured on the lent H200 (baselines.md): dense bf16 8192³ matmul 791 TFLOP/s; device copy 4.27 TB/s.
+// Measured on the lent H200 (2026-11-29, torch): dense bf16 8192³ matmul 791 TFLOP/s; device copy 4.27 TB/s.
 inline constexpr double kH200PeakGflops = 790000;
 inline constexpr double kH200PeakGbps = 4300;
 

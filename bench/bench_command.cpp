@@ -1,5 +1,7 @@
 // `moex bench`: backends × shapes × token counts on the CPU (floor terms measured first; llama.cpp's MUL_MAT_ID for
 // the qwen3 shape) or on CUDA (the H200's measured peaks; Hugging Face's best). Shapes come from common/shapes.h.
+#include "bench/bench_command.h"
+
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -7,7 +9,6 @@
 #include <new>
 
 #include "bench/baselines.h"
-#include "bench/bench_command.h"
 #include "bench/cases.h"
 #include "bench/cuda_cases.h"
 #include "bench/machine.h"
@@ -23,7 +24,7 @@
 namespace moex::bench {
 namespace {
 
-constexpr int64_t kHopperL2Bytes = 60LL << 20;  // H200 L2 (anchors.md §1): what weight rotation must exceed on CUDA
+constexpr int64_t kHopperL2Bytes = 60LL << 20;  // H200 L2 (60 MB): what weight rotation must exceed on CUDA
 
 // 0 / -1 / empty: the device's default (DeviceDefaults).
 struct BenchArgs {
@@ -123,17 +124,17 @@ BenchConfig make_config(BenchArgs& a) {
     return c;
 }
 
-// Measured on the CPU; on CUDA the H200's peaks measured in baselines.md. --peak-* override either.
+// Measured on the CPU; on CUDA the H200's peaks of bench/baselines.h. --peak-* override either.
 MachineFloor make_floor(const BenchArgs& a, const BenchConfig& c, std::vector<std::string>& notes) {
     MachineFloor floor;
     if (c.device == Device::kCPU) {
         floor = measure_floor(c.threads, c.dtype, a.read_mib << 20, a.gemm_n);
     } else {
-        const char* what = "H200 dense bf16 8192³ matmul (measured, shared/perf/baselines.md)";
+        const char* what = "H200 dense bf16 8192³ matmul (measured 2026-11-29, bench/RESULTS.md)";
         floor.gemms.push_back({what, kH200PeakGflops});
         floor.gemm_gflops = kH200PeakGflops, floor.gemm_best = what;
         floor.read_gbps = kH200PeakGbps;
-        floor.read_what = "H200 device-to-device copy (measured, shared/perf/baselines.md)";
+        floor.read_what = "H200 device-to-device copy (measured 2026-11-29, bench/RESULTS.md)";
         if (c.dtype != DType::kBF16) notes.push_back("the CUDA floor uses the bf16 GEMM peak whatever --dtype is");
     }
     if (a.peak_gflops > 0) {
@@ -149,8 +150,8 @@ int run_shape(const ShapePlan& plan, const BenchArgs& a, const BenchConfig& conf
               const std::vector<const Backend*>& backends, const MachineFloor& floor, Reporter& report) {
     std::unique_ptr<CaseRunner> bench;
     try {
-        bench = config.device == Device::kCPU ? std::make_unique<ShapeBench>(plan, config)
-                                              : make_cuda_runner(plan, config);
+        bench =
+            config.device == Device::kCPU ? std::make_unique<ShapeBench>(plan, config) : make_cuda_runner(plan, config);
     } catch (const std::exception& e) {  // bad_alloc, or moex::Error from a refused allocation
         report.note(fmt::format("{}: could not allocate {:.1f} GB of weights ({}); lower --max-weight-gb",
                                 plan.model.name, double(plan.set_bytes) * plan.sets * 1e-9, e.what()));
@@ -234,9 +235,9 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--max-weight-gb", a->max_weight_gb,
                     "Weight memory per shape (GiB); E is reduced to fit (default: CPU 6, CUDA 100)");
     cmd->add_option("--peak-gflops", a->peak_gflops,
-                    "GEMM rate of the floor (default: CPU measured; CUDA 790000, the H200 in baselines.md)");
+                    "GEMM rate of the floor (default: CPU measured; CUDA 790000, the H200's measured rate)");
     cmd->add_option("--peak-gbps", a->peak_gbps,
-                    "Bandwidth of the floor (default: CPU measured; CUDA 4300, the H200 in baselines.md)");
+                    "Bandwidth of the floor (default: CPU measured; CUDA 4300, the H200's measured copy)");
     cmd->add_option("--read-mib", a->read_mib, "CPU: buffer for the bandwidth test (MiB)")->capture_default_str();
     cmd->add_option("--gemm-n", a->gemm_n, "CPU: M = N = K of the dense GEMM test")->capture_default_str();
     cmd->add_option("--seed", a->seed, "Random seed")->capture_default_str();

@@ -73,8 +73,8 @@ Derived derive(const Row& row, const MachineFloor& floor) {
     const auto& m = row.plan->model;
     const double esize = double(dtype_size(row.dtype));
     d.gflop = 6.0 * double(row.T) * double(m.k) * double(m.H) * double(m.I) * 1e-9;
-    d.gbytes = esize * (3.0 * double(m.H) * double(m.I) * row.result.e_touched + 2.0 * double(row.T) * double(m.H)) *
-               1e-9;
+    d.gbytes =
+        esize * (3.0 * double(m.H) * double(m.I) * row.result.e_touched + 2.0 * double(row.T) * double(m.H)) * 1e-9;
     if (floor.gemm_gflops > 0 && floor.read_gbps > 0)
         d.floor_us = std::max(d.gflop / floor.gemm_gflops, d.gbytes / floor.read_gbps) * 1e6;
     const double us = row.result.median_us;
@@ -175,7 +175,7 @@ void Reporter::table_start(Device device) {
     line("columns: µs = median time of one experts call (fresh uniform routing per repetition, weights not in cache);");
     line("  FLOPs = 6·T·k·H·I;  bytes = dtype·(3·H·I·E_touched + 2·T·H), E_touched counted from the routing;");
     if (device == Device::kCPU) {
-        line("  ×floor = t / floor;  ×llama = t / (3 × ggml MUL_MAT_ID per-projection µs, baselines.md): ggml used f32");
+        line("  ×floor = t / floor;  ×llama = t / (3 × ggml MUL_MAT_ID per-projection µs, RESULTS.md): ggml used f32");
         line(
             "  activations with f16 (or f32) weights and one weight set that fits in L3 at T=1; < 1 means moex is "
             "faster.");
@@ -183,9 +183,12 @@ void Reporter::table_start(Device device) {
                          "GFLOP/s", "GB/s", "E_touch", "×floor", "×llama", "reps"));
         return;
     }
-    line("  CUDA events (cuda::time_us), 8 rotating routing sets; +graph: the 8 calls replayed as one CUDA graph, ÷ 8;");
-    line("  ×floor = t / floor;  HF = best Hugging Face configuration (baselines.md);  HF÷moex > 1: moex is faster;");
-    line("  check = max|Δ|/rms against the (reference): the first backend at that T; MISMATCH beyond 1e-2·rms plus two");
+    line(
+        "  CUDA events (cuda::time_us), 8 rotating routing sets; +graph: the 8 calls replayed as one CUDA graph, ÷ 8;");
+    line(
+        "  ×floor = t / floor;  HF = best transformers 5.17 configuration (RESULTS.md);  HF÷moex > 1: moex is faster;");
+    line(
+        "  check = max|Δ|/rms against the (reference): the first backend at that T; MISMATCH beyond 1e-2·rms plus two");
     line("  output roundings (|Δ| ≤ 1e-2·rms + 2^-7·|ref| in bf16); outputs are poisoned with NaN before the run.");
     line(fmt::format("{:<18} {:>5} {:<16} {:>9} {:>8} {:>6} {:>7} {:>5} {:>5} {:>7} {:>7} {:>4}  {}", "shape", "T",
                      "backend", "µs", "floor µs", "×floor", "TFLOP/s", "TB/s", "E_tch", "HF µs", "HF÷moex", "reps",
@@ -219,8 +222,7 @@ void Reporter::text_row(const Row& r, const Derived& d) {
     const std::string x_floor = d.floor_us > 0 ? fmt::format("{:.2f}", d.x_floor) : "—";
     if (r.device == Device::kCPU) {
         const std::string llama =
-            d.llama_layer_us ? fmt::format("{:.2f} ({})", r.result.median_us / *d.llama_layer_us, d.llama_weights)
-                             : "";
+            d.llama_layer_us ? fmt::format("{:.2f} ({})", r.result.median_us / *d.llama_layer_us, d.llama_weights) : "";
         return line(fmt::format("{:<18} {:>5} {:<11} {:>12.1f} {:>8.1f} {:>7.2f} {:>7.1f} {:>7} {:>12}  {}",
                                 shape_label(*r.plan), r.T, r.backend, r.result.median_us, d.gflops, d.gbps,
                                 r.result.e_touched, x_floor, llama, reps));

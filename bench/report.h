@@ -13,7 +13,8 @@
 namespace moex::bench {
 
 // llama.cpp's ggml MUL_MAT_ID on the CPU for one qwen3-30b-a3b projection (128 experts of 768×2048, top-8,
-// activations f32), from shared/perf/baselines.md. Per projection; a layer has three.
+// activations f32), measured with ggml's test-backend-ops (bench/RESULTS.md, Baselines). Per projection; a layer has
+// three.
 struct LlamaAnchor {
     int64_t T;
     double f16_weights_us, f32_weights_us;
