@@ -9,8 +9,8 @@
 #include <string_view>
 
 #include "bench/output_check.h"
-#include "moex/error.h"
 #include "common/random_data.h"
+#include "moex/error.h"
 
 namespace moex::bench {
 namespace {

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "common/shapes.h"
 #include "moex/backend.h"
 #include "moex/device.h"
-#include "common/shapes.h"
 
 namespace moex::bench {
 

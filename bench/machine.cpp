@@ -14,10 +14,10 @@
 #include <thread>
 #include <tuple>
 
+#include "common/random_data.h"
 #include "moex/error.h"
 #include "moex/tensor.h"
 #include "src/cpu/gemm.h"
-#include "common/random_data.h"
 
 namespace moex::bench {
 namespace {

@@ -27,7 +27,7 @@ struct GemmRate {
 struct MachineFloor {
     double read_gbps = 0;  // best multithreaded streaming read, 1e9 bytes/s
     int64_t read_buffer_bytes = 0;
-    std::string read_what;  // where read_gbps came from when it was not measured here (CUDA, --peak-gbps)
+    std::string read_what;        // where read_gbps came from when it was not measured here (CUDA, --peak-gbps)
     std::vector<GemmRate> gemms;  // every dense GEMM measured; the floor uses the fastest
     double gemm_gflops = 0;
     std::string gemm_best;

@@ -32,18 +32,10 @@ struct SplitMix {
 
 void store(const TensorView& t, int64_t i, double v) {
     switch (t.dtype) {
-        case DType::kBF16:
-            t.ptr<uint16_t>()[i] = f32_to_bf16(float(v));
-            break;
-        case DType::kF16:
-            t.ptr<uint16_t>()[i] = f32_to_f16(float(v));
-            break;
-        case DType::kF32:
-            t.ptr<float>()[i] = float(v);
-            break;
-        case DType::kF64:
-            t.ptr<double>()[i] = v;
-            break;
+        case DType::kBF16: t.ptr<uint16_t>()[i] = f32_to_bf16(float(v)); break;
+        case DType::kF16: t.ptr<uint16_t>()[i] = f32_to_f16(float(v)); break;
+        case DType::kF32: t.ptr<float>()[i] = float(v); break;
+        case DType::kF64: t.ptr<double>()[i] = v; break;
         default:
             fail(ErrorCode::kInvalidArgument, "fill_random: not a float dtype: " + std::string(dtype_name(t.dtype)));
     }

@@ -20,16 +20,13 @@ int64_t at(const TensorView& t, int64_t i0, int64_t i1, int64_t i2) {
 
 double activate(Activation a, double v) {
     switch (a) {
-        case Activation::kSilu:
-            return v / (1.0 + std::exp(-v));
-        case Activation::kGelu:
-            return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+        case Activation::kSilu: return v / (1.0 + std::exp(-v));
+        case Activation::kGelu: return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
         case Activation::kGeluTanh: {
             const double c = std::sqrt(2.0 / std::numbers::pi);
             return 0.5 * v * (1.0 + std::tanh(c * (v + 0.044715 * v * v * v)));
         }
-        case Activation::kRelu:
-            return v > 0.0 ? v : 0.0;
+        case Activation::kRelu: return v > 0.0 ? v : 0.0;
     }
     return v;
 }
@@ -62,33 +59,22 @@ void load_expert(const ExpertsProblem& p, int64_t e, std::vector<double>& up, st
 double load_as_double(const TensorView& t, int64_t offset) {
     const void* d = t.data;
     switch (t.dtype) {
-        case DType::kBF16:
-            return bf16_to_f32(static_cast<const uint16_t*>(d)[offset]);
-        case DType::kF16:
-            return f16_to_f32(static_cast<const uint16_t*>(d)[offset]);
-        case DType::kF32:
-            return static_cast<const float*>(d)[offset];
-        case DType::kF64:
-            return static_cast<const double*>(d)[offset];
-        case DType::kI32:
-            return static_cast<const int32_t*>(d)[offset];
-        case DType::kI64:
-            return double(static_cast<const int64_t*>(d)[offset]);
-        default:
-            fail(ErrorCode::kUnsupported, "reference: unsupported dtype " + std::string(dtype_name(t.dtype)));
+        case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(d)[offset]);
+        case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(d)[offset]);
+        case DType::kF32: return static_cast<const float*>(d)[offset];
+        case DType::kF64: return static_cast<const double*>(d)[offset];
+        case DType::kI32: return static_cast<const int32_t*>(d)[offset];
+        case DType::kI64: return double(static_cast<const int64_t*>(d)[offset]);
+        default: fail(ErrorCode::kUnsupported, "reference: unsupported dtype " + std::string(dtype_name(t.dtype)));
     }
 }
 
 double round_to(double x, DType dtype) {
     switch (dtype) {
-        case DType::kBF16:
-            return bf16_to_f32(f32_to_bf16(float(x)));
-        case DType::kF16:
-            return f16_to_f32(f32_to_f16(float(x)));
-        case DType::kF32:
-            return float(x);
-        default:
-            return x;
+        case DType::kBF16: return bf16_to_f32(f32_to_bf16(float(x)));
+        case DType::kF16: return f16_to_f32(f32_to_f16(float(x)));
+        case DType::kF32: return float(x);
+        default: return x;
     }
 }
 

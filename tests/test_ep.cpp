@@ -17,7 +17,8 @@ TEST(EpShard, RejectsExpertsNotDivisibleByEpSize) {
         FAIL() << "no error";
     } catch (const Error& e) {
         EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-        EXPECT_NE(std::string(e.what()).find("num_experts must be divisible by ep_size"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("num_experts must be divisible by ep_size"), std::string::npos)
+            << e.what();
     }
     EXPECT_THROW(make_ep_shard(8, 2, 2), Error);
     EXPECT_THROW(make_ep_shard(8, 0, 0), Error);
@@ -45,8 +46,10 @@ TEST(EpRouter, LocalIdsAndSentinels) {
         Tensor ids(idt, {2, 3}), w(DType::kF32, {2, 3}), lids(idt, {2, 3}), lw(DType::kF32, {2, 3});
         const int64_t g[6] = {0, 5, 7, 4, -1, 8};
         for (int i = 0; i < 6; ++i) {
-            if (idt == DType::kI64) static_cast<int64_t*>(ids.data())[i] = g[i];
-            else static_cast<int32_t*>(ids.data())[i] = int32_t(g[i]);
+            if (idt == DType::kI64)
+                static_cast<int64_t*>(ids.data())[i] = g[i];
+            else
+                static_cast<int32_t*>(ids.data())[i] = int32_t(g[i]);
             static_cast<float*>(w.data())[i] = 0.1f * float(i + 1);
         }
         ep_route_local(ids.view(), w.view(), make_ep_shard(8, 2, 1), lids.view(), lw.view());

@@ -18,7 +18,6 @@ using test::expect_error;
 
 namespace fs = std::filesystem;
 
-
 ModelConfig parse(const std::string& json, const std::string& gen = "") { return parse_model_config(json, gen); }
 
 TEST(ModelConfig, ArchitectureNames) {

@@ -150,26 +150,13 @@ void HostProblem::fill_expert(int64_t e, double v) {
 void store_from_double(const TensorView& t, int64_t offset, double v) {
     void* d = t.data;
     switch (t.dtype) {
-        case DType::kBF16:
-            static_cast<uint16_t*>(d)[offset] = f32_to_bf16(float(v));
-            return;
-        case DType::kF16:
-            static_cast<uint16_t*>(d)[offset] = f32_to_f16(float(v));
-            return;
-        case DType::kF32:
-            static_cast<float*>(d)[offset] = float(v);
-            return;
-        case DType::kF64:
-            static_cast<double*>(d)[offset] = v;
-            return;
-        case DType::kI32:
-            static_cast<int32_t*>(d)[offset] = int32_t(v);
-            return;
-        case DType::kI64:
-            static_cast<int64_t*>(d)[offset] = int64_t(v);
-            return;
-        default:
-            fail(ErrorCode::kUnsupported, "store_from_double: unsupported dtype");
+        case DType::kBF16: static_cast<uint16_t*>(d)[offset] = f32_to_bf16(float(v)); return;
+        case DType::kF16: static_cast<uint16_t*>(d)[offset] = f32_to_f16(float(v)); return;
+        case DType::kF32: static_cast<float*>(d)[offset] = float(v); return;
+        case DType::kF64: static_cast<double*>(d)[offset] = v; return;
+        case DType::kI32: static_cast<int32_t*>(d)[offset] = int32_t(v); return;
+        case DType::kI64: static_cast<int64_t*>(d)[offset] = int64_t(v); return;
+        default: fail(ErrorCode::kUnsupported, "store_from_double: unsupported dtype");
     }
 }
 
@@ -222,14 +209,10 @@ std::vector<double> reference_of(const ExpertsProblem& p) {
 //   rounds each slot's y to 16 bits as torch does (~2^-9 |w y| per slot).
 Tolerance tolerance_for(DType dtype) {
     switch (dtype) {
-        case DType::kF32:
-            return {1e-5, 1e-4};
-        case DType::kBF16:
-            return {8e-3, 4e-3};
-        case DType::kF16:
-            return {2e-3, 6e-4};
-        default:
-            return {0.0, 0.0};
+        case DType::kF32: return {1e-5, 1e-4};
+        case DType::kBF16: return {8e-3, 4e-3};
+        case DType::kF16: return {2e-3, 6e-4};
+        default: return {0.0, 0.0};
     }
 }
 

@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "common/shapes.h"
 #include "moex/backend.h"
 #include "moex/device.h"
 #include "moex/error.h"
 #include "tests/reference.h"
-#include "common/shapes.h"
 
 namespace moex::test {
 

@@ -188,14 +188,10 @@ Json text_config(const TinyCheckpointOptions& o) {
 
 const char* class_name(Architecture a) {
     switch (a) {
-        case Architecture::kQwen2Moe:
-            return "Qwen2MoeForCausalLM";
-        case Architecture::kQwen3Moe:
-            return "Qwen3MoeForCausalLM";
-        case Architecture::kMixtral:
-            return "MixtralForCausalLM";
-        case Architecture::kOlmoe:
-            return "OlmoeForCausalLM";
+        case Architecture::kQwen2Moe: return "Qwen2MoeForCausalLM";
+        case Architecture::kQwen3Moe: return "Qwen3MoeForCausalLM";
+        case Architecture::kMixtral: return "MixtralForCausalLM";
+        case Architecture::kOlmoe: return "OlmoeForCausalLM";
     }
     return "?";
 }

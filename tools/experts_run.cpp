@@ -47,14 +47,10 @@ Placed place(const ExpertsProblem& host, Device device) {
 
 double to_double(const TensorView& t, int64_t i) {
     switch (t.dtype) {
-        case DType::kBF16:
-            return bf16_to_f32(t.ptr<uint16_t>()[i]);
-        case DType::kF16:
-            return f16_to_f32(t.ptr<uint16_t>()[i]);
-        case DType::kF32:
-            return t.ptr<float>()[i];
-        default:
-            return std::nan("");
+        case DType::kBF16: return bf16_to_f32(t.ptr<uint16_t>()[i]);
+        case DType::kF16: return f16_to_f32(t.ptr<uint16_t>()[i]);
+        case DType::kF32: return t.ptr<float>()[i];
+        default: return std::nan("");
     }
 }
 

@@ -9,7 +9,6 @@
 #include "moex/error.h"
 #include "tools/cli.h"
 
-
 int main(int argc, char** argv) {
     moex::common::set_command_line(argc, argv);
     CLI::App app{"moex: run the experts part of Mixture-of-Experts models through interchangeable backends"};

@@ -6,11 +6,11 @@
 #include <cstdio>
 #include <memory>
 
+#include "common/random_data.h"
+#include "common/shapes.h"
 #include "moex/error.h"
 #include "moex/problem_file.h"
-#include "common/shapes.h"
 #include "tools/cli.h"
-#include "common/random_data.h"
 
 namespace moex::cli {
 namespace {

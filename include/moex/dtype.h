@@ -13,10 +13,15 @@ enum class Device : uint8_t { kCPU, kCUDA };
 
 constexpr int64_t dtype_size(DType t) {
     switch (t) {
-        case DType::kBF16: case DType::kF16: return 2;
-        case DType::kF32: case DType::kI32: return 4;
-        case DType::kF64: case DType::kI64: return 8;
-        case DType::kFP8E4M3: case DType::kUE8M0: case DType::kU8: return 1;
+        case DType::kBF16:
+        case DType::kF16: return 2;
+        case DType::kF32:
+        case DType::kI32: return 4;
+        case DType::kF64:
+        case DType::kI64: return 8;
+        case DType::kFP8E4M3:
+        case DType::kUE8M0:
+        case DType::kU8: return 1;
     }
     return 0;
 }
@@ -45,8 +50,16 @@ std::optional<Device> device_from_name(std::string_view name);
 constexpr bool is_float_activation(DType t) { return t == DType::kBF16 || t == DType::kF16 || t == DType::kF32; }
 
 // ---- scalar conversions (bit-exact, round-to-nearest-even) ----
-inline float bits_to_f32(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
-inline uint32_t f32_to_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+inline float bits_to_f32(uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+inline uint32_t f32_to_bits(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+}
 
 inline float bf16_to_f32(uint16_t h) { return bits_to_f32(uint32_t(h) << 16); }
 inline uint16_t f32_to_bf16(float f) {
@@ -71,8 +84,8 @@ inline uint16_t f32_to_f16(float f) {
     uint32_t a = u & 0x7fffffffu;
     if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u);
     if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // rounds to >= 65520: inf
-    if (a < 0x38800000u) {                                   // subnormal or zero in f16
-        float v = bits_to_f32(a) * 16777216.0f;               // scale by 2^24, then round to integer (RNE)
+    if (a < 0x38800000u) {                                  // subnormal or zero in f16
+        float v = bits_to_f32(a) * 16777216.0f;             // scale by 2^24, then round to integer (RNE)
         uint32_t m = uint32_t(v);
         float rem = v - float(m);
         if (rem > 0.5f || (rem == 0.5f && (m & 1u))) ++m;

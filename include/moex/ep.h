@@ -84,7 +84,7 @@ enum class EpCombine : uint8_t {
 struct EpOptions {
     std::string backend = "grouped_mm";  // any name of ExpertsInterface::global()
     EpCombine combine = EpCombine::kSlotOrder;
-    RunOptions run;                      // cuda_stream is replaced by the transport's stream
+    RunOptions run;  // cuda_stream is replaced by the transport's stream
 };
 
 struct EpStats {

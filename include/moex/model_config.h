@@ -21,9 +21,9 @@ std::string_view architecture_name(Architecture a);  // "qwen2_moe", "qwen3_moe"
 struct RopeConfig {
     std::string type = "default";  // default | linear | dynamic | yarn | llama3
     double theta = 10000.0;
-    double factor = 1.0;                        // linear, dynamic, yarn, llama3
-    double attention_factor = 0.0;              // yarn: 0 = derived from factor
-    double beta_fast = 32.0, beta_slow = 1.0;   // yarn
+    double factor = 1.0;                                   // linear, dynamic, yarn, llama3
+    double attention_factor = 0.0;                         // yarn: 0 = derived from factor
+    double beta_fast = 32.0, beta_slow = 1.0;              // yarn
     double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
     int64_t original_max_position_embeddings = 0;          // yarn, llama3, dynamic
     double partial_rotary_factor = 1.0;
@@ -31,33 +31,33 @@ struct RopeConfig {
 
 struct ModelConfig {
     Architecture arch = Architecture::kQwen3Moe;
-    std::string model_type;        // the text model's model_type as written
+    std::string model_type;            // the text model's model_type as written
     DType torch_dtype = DType::kBF16;  // the checkpoint's dtype ("torch_dtype" or "dtype"); f32 | bf16 | f16
     int64_t vocab_size = 0;
     int64_t hidden_size = 0;
     int64_t num_hidden_layers = 0;
     int64_t num_attention_heads = 0;
     int64_t num_key_value_heads = 0;
-    int64_t head_dim = 0;                  // explicit, or hidden_size / num_attention_heads
-    int64_t intermediate_size = 0;         // dense MLP layers (qwen*: mlp_only_layers / decoder_sparse_step)
-    int64_t moe_intermediate_size = 0;     // per expert (mixtral, olmoe: intermediate_size)
+    int64_t head_dim = 0;                         // explicit, or hidden_size / num_attention_heads
+    int64_t intermediate_size = 0;                // dense MLP layers (qwen*: mlp_only_layers / decoder_sparse_step)
+    int64_t moe_intermediate_size = 0;            // per expert (mixtral, olmoe: intermediate_size)
     int64_t shared_expert_intermediate_size = 0;  // qwen2_moe; 0 = no shared expert
-    int64_t num_experts = 0;               // num_experts | num_local_experts
+    int64_t num_experts = 0;                      // num_experts | num_local_experts
     int64_t num_experts_per_tok = 0;
-    bool norm_topk_prob = false;           // mixtral: always true
-    int64_t decoder_sparse_step = 1;       // qwen*: layer l is MoE when (l+1) % step == 0 and l not in mlp_only_layers
+    bool norm_topk_prob = false;      // mixtral: always true
+    int64_t decoder_sparse_step = 1;  // qwen*: layer l is MoE when (l+1) % step == 0 and l not in mlp_only_layers
     std::vector<int64_t> mlp_only_layers;
     Activation hidden_act = Activation::kSilu;
     double rms_norm_eps = 1e-6;
     RopeConfig rope;
     int64_t max_position_embeddings = 0;
-    bool attention_bias = false;           // q/k/v biases (qwen2_moe: true)
-    bool qk_norm = false;                  // qwen3_moe: per-head RMSNorm on q and k; olmoe: over the whole q / k row
-    bool qk_norm_per_head = true;          // false for olmoe (norm over num_heads*head_dim)
-    std::optional<double> clip_qkv;        // olmoe
-    int64_t sliding_window = 0;            // 0 = full attention (use_sliding_window false or sliding_window null)
+    bool attention_bias = false;     // q/k/v biases (qwen2_moe: true)
+    bool qk_norm = false;            // qwen3_moe: per-head RMSNorm on q and k; olmoe: over the whole q / k row
+    bool qk_norm_per_head = true;    // false for olmoe (norm over num_heads*head_dim)
+    std::optional<double> clip_qkv;  // olmoe
+    int64_t sliding_window = 0;      // 0 = full attention (use_sliding_window false or sliding_window null)
     bool tie_word_embeddings = false;
-    std::vector<int32_t> eos_token_ids;    // config.json, overridden by generation_config.json when it has them
+    std::vector<int32_t> eos_token_ids;  // config.json, overridden by generation_config.json when it has them
     std::optional<int32_t> bos_token_id;
     std::optional<int32_t> pad_token_id;
 

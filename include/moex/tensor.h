@@ -32,7 +32,9 @@ struct TensorView {
     int64_t nbytes() const { return numel() * dtype_size(dtype); }
     bool is_contiguous() const;
     template <class T>
-    T* ptr() const { return static_cast<T*>(data); }
+    T* ptr() const {
+        return static_cast<T*>(data);
+    }
     std::string shape_string() const;  // "(4, 2048)"
 };
 

@@ -131,30 +131,16 @@ std::string Normalizer::apply(std::string_view text) const {
     std::string s(text);
     for (const Step& step : steps_) {
         switch (step.kind) {
-            case Kind::kNfc:
-                s = unicode_normalize(s, UTF8PROC_COMPOSE);
-                break;
-            case Kind::kNfd:
-                s = unicode_normalize(s, UTF8PROC_DECOMPOSE);
-                break;
-            case Kind::kNfkc:
-                s = unicode_normalize(s, UTF8PROC_COMPOSE | UTF8PROC_COMPAT);
-                break;
-            case Kind::kNfkd:
-                s = unicode_normalize(s, UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT);
-                break;
-            case Kind::kLowercase:
-                s = lowercase(s);
-                break;
-            case Kind::kReplace:
-                s = replace_all(s, *step.pattern, step.text);
-                break;
+            case Kind::kNfc: s = unicode_normalize(s, UTF8PROC_COMPOSE); break;
+            case Kind::kNfd: s = unicode_normalize(s, UTF8PROC_DECOMPOSE); break;
+            case Kind::kNfkc: s = unicode_normalize(s, UTF8PROC_COMPOSE | UTF8PROC_COMPAT); break;
+            case Kind::kNfkd: s = unicode_normalize(s, UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT); break;
+            case Kind::kLowercase: s = lowercase(s); break;
+            case Kind::kReplace: s = replace_all(s, *step.pattern, step.text); break;
             case Kind::kPrepend:
                 if (!s.empty()) s = step.text + s;
                 break;
-            case Kind::kStrip:
-                s = strip(s, step.left, step.right);
-                break;
+            case Kind::kStrip: s = strip(s, step.left, step.right); break;
         }
     }
     return s;

@@ -135,10 +135,8 @@ bool is_word_char(char32_t cp) {
         case UTF8PROC_CATEGORY_ME:
         case UTF8PROC_CATEGORY_ND:
         case UTF8PROC_CATEGORY_NL:
-        case UTF8PROC_CATEGORY_PC:
-            return true;
-        default:
-            return false;
+        case UTF8PROC_CATEGORY_PC: return true;
+        default: return false;
     }
 }
 

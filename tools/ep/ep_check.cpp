@@ -5,8 +5,8 @@
 #include <string>
 #include <thread>
 
-#include "tools/ep/ep_problem.h"
 #include "moex/device.h"
+#include "tools/ep/ep_problem.h"
 
 namespace {
 
@@ -43,8 +43,7 @@ int check_rank(Transport& tr, Device dev, int64_t T) {
     const int64_t t0 = T * rank / R, t1 = T * (rank + 1) / R;
     const EpShard shard = make_ep_shard(E, R, rank);
     int failures = 0;
-    if (rank == 0)
-        std::printf("%-18s %-6s %-6s %-10s %s\n", "backend", "dtype", "combine", "vs_single", "verdict");
+    if (rank == 0) std::printf("%-18s %-6s %-6s %-10s %s\n", "backend", "dtype", "combine", "vs_single", "verdict");
     for (DType dt : {DType::kF32, DType::kBF16}) {
         ep_tools::FullProblem f = ep_tools::make_full_problem(T, H, I, E, k, dt, 7);
         for (int64_t t = 2; t < T; t += 7) static_cast<int32_t*>(f.ids.data())[t * k + 3] = int32_t(E);  // sentinels
@@ -63,7 +62,8 @@ int check_rank(Transport& tr, Device dev, int64_t T) {
             b.run(full, single.view(), ro);
             Tensor single_h(dt, {T, H}), mine_single(dt, {t1 - t0, H});
             single.copy_to_host(single_h.view());
-            if (t1 > t0) std::memcpy(mine_single.data(), rows_of(single_h.view(), t0, t1).data, size_t(mine_single.nbytes()));
+            if (t1 > t0)
+                std::memcpy(mine_single.data(), rows_of(single_h.view(), t0, t1).data, size_t(mine_single.nbytes()));
             for (EpCombine mode : {EpCombine::kSlotOrder, EpCombine::kRankOrder}) {
                 ExpertsProblem local = shard_experts(full, shard);
                 local.hidden_states = rows_of(full.hidden_states, t0, t1);
@@ -81,8 +81,8 @@ int check_rank(Transport& tr, Device dev, int64_t T) {
                 // The slot-order combine reproduces the single run's f32 bytes where the backend's own combine is
                 // "acc += w * y" in slot order (CPU: all; CUDA: eager). CUDA batched_mm and grouped_mm fold w into the
                 // down projection's epilogue, so their slot terms round differently (measured 2-3e-6 rel on 2 H200s).
-                const bool want_bitwise = mode == EpCombine::kSlotOrder && dt == DType::kF32 &&
-                                          (dev == Device::kCPU || name == "eager");
+                const bool want_bitwise =
+                    mode == EpCombine::kSlotOrder && dt == DType::kF32 && (dev == Device::kCPU || name == "eager");
                 // bf16: the EP and single results are each rounded once from f32 sums that differ by a bf16 rounding
                 // of the slot (or rank) terms: a few ulps (2^-8) of the largest values, which reach ~4x the rms.
                 const double tol = dt == DType::kF32 ? 1e-4 : 6e-2;
@@ -108,8 +108,10 @@ int main(int argc, char** argv) {
     int64_t T = 301;  // odd, so that the ranks' token counts differ
     int ranks = 2;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!std::strcmp(argv[i], "--tokens")) T = std::atoll(argv[i + 1]);
-        else if (!std::strcmp(argv[i], "--ranks")) ranks = std::atoi(argv[i + 1]);
+        if (!std::strcmp(argv[i], "--tokens"))
+            T = std::atoll(argv[i + 1]);
+        else if (!std::strcmp(argv[i], "--ranks"))
+            ranks = std::atoi(argv[i + 1]);
     }
     try {
         if (ep_tools::launched_by_ep_launch()) {

@@ -24,8 +24,10 @@ inline void fill(const Tensor& t, std::mt19937_64& rng, float scale) {
     const int64_t n = t.view().numel();
     for (int64_t i = 0; i < n; ++i) {
         const float v = u(rng);
-        if (t.view().dtype == DType::kF32) static_cast<float*>(t.data())[i] = v;
-        else static_cast<uint16_t*>(t.data())[i] = f32_to_bf16(v);
+        if (t.view().dtype == DType::kF32)
+            static_cast<float*>(t.data())[i] = v;
+        else
+            static_cast<uint16_t*>(t.data())[i] = f32_to_bf16(v);
     }
 }
 
