@@ -94,10 +94,8 @@ void run(const RunArgs& a) {
     Tensor host(p.dtype(), {p.T(), p.H()});
     out.copy_to_host(host.view());
     save_output_file(a.out, host.view(), {{"backend", a.backend}, {"device", a.device}, {"problem", a.problem}});
-    std::printf("%s\n", fmt::format("{}: {} on {} wrote `out` {} {} to {} in {:.3f} ms{}", a.problem, a.backend,
-                                    a.device, host.view().shape_string(), dtype_name(p.dtype()), a.out, ms,
-                                    compare(host.view(), file.expected))
-                            .c_str());
+    fmt::print("{}: {} on {} wrote `out` {} {} to {} in {:.3f} ms{}\n", a.problem, a.backend, a.device,
+               host.view().shape_string(), dtype_name(p.dtype()), a.out, ms, compare(host.view(), file.expected));
 }
 
 }  // namespace

@@ -97,11 +97,9 @@ void make(const MakeArgs& a) {
     p.activation = *act;
     p.gate = a.gate == "gpt_oss" ? GateKind::kGptOss : GateKind::kDefault;
     save_problem_file(a.out, p);
-    std::printf("%s\n", fmt::format("wrote {}: {} T={} H={} I={} E={} k={} {}{}{}{}{}, {:.2f} GB of weights", a.out,
-                                    s.name, T, H, I, E, s.k, dtype_name(dt), a.transposed ? ", transposed" : "",
-                                    a.interleaved ? ", interleaved" : "", a.ungated ? ", ungated" : "",
-                                    a.bias ? ", biases" : "", gb)
-                            .c_str());
+    fmt::print("wrote {}: {} T={} H={} I={} E={} k={} {}{}{}{}{}, {:.2f} GB of weights\n", a.out, s.name, T, H, I, E,
+               s.k, dtype_name(dt), a.transposed ? ", transposed" : "", a.interleaved ? ", interleaved" : "",
+               a.ungated ? ", ungated" : "", a.bias ? ", biases" : "", gb);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
-// Typed reads of the fields of one JSON object of a checkpoint's config files. Every error is a kFormat moex::Error
-// that names the file and the field with its path ("config.json: text_config.hidden_size must be an integer, got
-// \"32\""); a field that is absent or null reads as absent.
+// The one checked reader of moex's JSON files (config.json, generation_config.json, the shard index, tokenizer.json):
+// every error is a kFormat moex::Error that names the file and the field with its path ("config.json:
+// text_config.hidden_size must be an integer, got \"32\"", "tokenizer.json: model.merges[3]: expected a string").
+// Two styles over the same rules: JsonFields (the config files: a field that is absent or null reads as absent) and
+// path-style accessors over any nlohmann JSON type (tokenizer.json's nested components).
 #pragma once
 
 #include <cstdint>
@@ -8,6 +10,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "moex/error.h"
 
 namespace moex::io {
 
@@ -55,5 +59,91 @@ class JsonFields {
 
 // A short rendering of a JSON value for messages (strings quoted, long values cut).
 std::string json_excerpt(const OrderedJson& value);
+
+// ---- path-style checked reads: `where` is the path of `obj` ("tokenizer.json: model"), extended per field ---------
+inline constexpr int kMaxNesting = 16;  // Sequence inside Sequence: deeper files are refused (no deep recursion)
+
+[[noreturn]] inline void format_error(const std::string& where, const std::string& what) {
+    fail(ErrorCode::kFormat, where + ": " + what);
+}
+
+inline std::string child(const std::string& where, const char* key) { return where + "." + key; }
+inline std::string child(const std::string& where, size_t index) { return where + "[" + std::to_string(index) + "]"; }
+
+template <class Json>
+const Json* find_field(const Json& obj, const char* key) {
+    if (!obj.is_object()) return nullptr;
+    auto it = obj.find(key);
+    return it == obj.end() ? nullptr : &*it;
+}
+
+template <class Json>
+const Json& require_field(const Json& obj, const char* key, const std::string& where) {
+    if (!obj.is_object()) format_error(where, "expected a JSON object");
+    const Json* f = find_field(obj, key);
+    if (f == nullptr) format_error(where, std::string("missing field \"") + key + "\"");
+    return *f;
+}
+
+template <class Json>
+std::string get_string(const Json& obj, const char* key, const std::string& where) {
+    const Json& f = require_field(obj, key, where);
+    if (!f.is_string()) format_error(child(where, key), "expected a string");
+    return f.template get<std::string>();
+}
+
+// Missing or null: nullopt.
+template <class Json>
+std::optional<std::string> get_optional_string(const Json& obj, const char* key, const std::string& where) {
+    const Json* f = find_field(obj, key);
+    if (f == nullptr || f->is_null()) return std::nullopt;
+    if (!f->is_string()) format_error(child(where, key), "expected a string or null");
+    return f->template get<std::string>();
+}
+
+template <class Json>
+bool get_bool(const Json& obj, const char* key, bool fallback, const std::string& where) {
+    const Json* f = find_field(obj, key);
+    if (f == nullptr || f->is_null()) return fallback;
+    if (!f->is_boolean()) format_error(child(where, key), "expected true or false");
+    return f->template get<bool>();
+}
+
+template <class Json>
+int64_t as_int(const Json& v, const std::string& where, int64_t lo, int64_t hi) {
+    if (!v.is_number_integer()) format_error(where, "expected an integer");
+    const int64_t x = v.is_number_unsigned() && v.template get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
+                          ? INT64_MAX
+                          : v.template get<int64_t>();
+    if (x < lo || x > hi) {
+        format_error(where, "value " + std::to_string(x) + " is outside [" + std::to_string(lo) + ", " +
+                                std::to_string(hi) + "]");
+    }
+    return x;
+}
+
+template <class Json>
+int64_t get_int(const Json& obj, const char* key, int64_t fallback, const std::string& where, int64_t lo, int64_t hi) {
+    const Json* f = find_field(obj, key);
+    if (f == nullptr || f->is_null()) return fallback;
+    return as_int(*f, child(where, key), lo, hi);
+}
+
+template <class Json>
+const Json& require_array(const Json& obj, const char* key, const std::string& where) {
+    const Json& f = require_field(obj, key, where);
+    if (!f.is_array()) format_error(child(where, key), "expected an array");
+    return f;
+}
+
+// The "type" tag of a component object.
+template <class Json>
+std::string type_of(const Json& obj, const std::string& where) {
+    return get_string(obj, "type", where);
+}
+
+[[noreturn]] inline void unsupported(const std::string& where, const std::string& what) {
+    fail(ErrorCode::kUnsupported, where + ": " + what);
+}
 
 }  // namespace moex::io

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "src/tokenizer/bpe.h"
-#include "src/tokenizer/json_fields.h"
+#include "src/tokenizer/json.h"
 
 namespace moex::tok {
 

@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "src/tokenizer/json_fields.h"
+#include "src/tokenizer/json.h"
 
 namespace moex::tok {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "src/tokenizer/json_fields.h"
+#include "src/tokenizer/json.h"
 #include "src/tokenizer/regex.h"
 
 namespace moex::tok {

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "src/tokenizer/json_fields.h"
+#include "src/tokenizer/json.h"
 #include "src/tokenizer/regex.h"
 
 namespace moex::tok {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "src/tokenizer/json_fields.h"
+#include "src/tokenizer/json.h"
 
 namespace moex::tok {
 

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "src/tokenizer/json_fields.h"
+#include "src/tokenizer/json.h"
 
 struct pcre2_real_code_8;
 

@@ -3,11 +3,10 @@
 #include "moex/tokenizer.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <unordered_set>
 
 #include "moex/error.h"
+#include "src/io/json_fields.h"
 #include "src/tokenizer/added_tokens.h"
 #include "src/tokenizer/bpe.h"
 #include "src/tokenizer/decoder.h"
@@ -102,14 +101,7 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
-Tokenizer Tokenizer::from_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    MOEX_REQUIRE(in.is_open(), ErrorCode::kNotFound, "tokenizer file not found or unreadable: " + path);
-    std::ostringstream text;
-    text << in.rdbuf();
-    MOEX_REQUIRE(!in.bad(), ErrorCode::kIo, "cannot read tokenizer file " + path);
-    return from_json(text.str(), path);
-}
+Tokenizer Tokenizer::from_file(const std::string& path) { return from_json(io::read_text_file(path), path); }
 
 Tokenizer Tokenizer::from_json(std::string_view json_text, std::string label) {
     auto impl = std::make_unique<Impl>();

@@ -24,8 +24,7 @@ DeviceTensor device_weights(DType dt, std::initializer_list<int64_t> shape, floa
     DeviceTensor t(dt, s.data(), int(s.size()), Device::kCUDA);
     const int64_t total = t.view().nbytes(), block = std::min<int64_t>(total, int64_t(64) << 20);
     Tensor host(dt, {block / 2});
-    std::mt19937_64 rng(seed);
-    ep_tools::fill(host, rng, scale);
+    common::fill_random(host.view(), scale, seed, common::Distribution::kUniform);
     for (int64_t off = 0; off < total; off += block)
         cuda::copy_to_device(static_cast<char*>(t.view().data) + off, host.data(),
                              size_t(std::min(block, total - off)));

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <vector>
 
+#include "common/random_data.h"
 #include "moex/ep.h"
 #include "moex/error.h"
 
@@ -19,41 +19,23 @@ struct FullProblem {
     ExpertsProblem problem;
 };
 
-inline void fill(const Tensor& t, std::mt19937_64& rng, float scale) {
-    std::uniform_real_distribution<float> u(-scale, scale);
-    const int64_t n = t.view().numel();
-    for (int64_t i = 0; i < n; ++i) {
-        const float v = u(rng);
-        if (t.view().dtype == DType::kF32)
-            static_cast<float*>(t.data())[i] = v;
-        else
-            static_cast<uint16_t*>(t.data())[i] = f32_to_bf16(v);
-    }
-}
-
 // Weights are only drawn when `draw_weights` (the benchmark fills them on the device instead: ~5.6G values).
+// Data from common/random_data.h: uniform values of std 1 (x), 1/sqrt(H) and 1/sqrt(I) (weights), uniform routing.
 inline FullProblem make_full_problem(int64_t T, int64_t H, int64_t I, int64_t E, int64_t k, DType dt, uint64_t seed,
                                      bool draw_weights = true) {
+    using common::Distribution;
+    using common::mix_seed;
     FullProblem f;
-    std::mt19937_64 rng(seed);
     f.x = Tensor(dt, {T, H});
     f.ids = Tensor(DType::kI32, {T, k});
     f.w = Tensor(DType::kF32, {T, k});
-    fill(f.x, rng, 1.0f);
-    std::vector<int32_t> perm(static_cast<size_t>(E));
-    for (int64_t t = 0; t < T; ++t) {  // k distinct experts per token, weights in (0.05, 1)
-        for (int64_t e = 0; e < E; ++e) perm[size_t(e)] = int32_t(e);
-        for (int64_t j = 0; j < k; ++j) {
-            std::swap(perm[size_t(j)], perm[size_t(j + int64_t(rng() % uint64_t(E - j)))]);
-            static_cast<int32_t*>(f.ids.data())[t * k + j] = perm[size_t(j)];
-            static_cast<float*>(f.w.data())[t * k + j] = 0.05f + 0.95f * float(rng() % 1000) / 1000.0f;
-        }
-    }
+    common::fill_random(f.x.view(), 1.0, mix_seed(seed, 1), Distribution::kUniform);
+    common::random_routing(f.ids.view(), f.w.view(), E, mix_seed(seed, 2));
     if (draw_weights) {
         f.up = Tensor(dt, {E, 2 * I, H});
         f.down = Tensor(dt, {E, H, I});
-        fill(f.up, rng, 1.0f / std::sqrt(float(H)));
-        fill(f.down, rng, 1.0f / std::sqrt(float(I)));
+        common::fill_random(f.up.view(), 1.0 / std::sqrt(double(H)), mix_seed(seed, 3), Distribution::kUniform);
+        common::fill_random(f.down.view(), 1.0 / std::sqrt(double(I)), mix_seed(seed, 4), Distribution::kUniform);
     }
     f.problem.hidden_states = f.x.view();
     f.problem.top_k_index = f.ids.view();
