@@ -9,9 +9,7 @@
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
 #include "cuda/experts/batched.cuh"
-#include "cuda/experts/combine.h"
 #include "cuda/experts/pipelines.h"
-#include "cuda/routing/routing.h"
 
 namespace moex::cuda {
 namespace batched {
@@ -215,20 +213,7 @@ void run_batched(const ExpertsArgs& a, cudaStream_t stream) {
     launch_proj(down, cd, rb.tiles_bound, a.dtype, stream);
 
     if (!fused_combine) {
-        launch_combine(CombineArgs{.Y = ws.at<float>(y_rows),
-                                   .slot_row = nullptr,
-                                   .ids = a.top_k_index,
-                                   .bias = nullptr,
-                                   .weights = nullptr,
-                                   .out = a.out,
-                                   .T = a.T,
-                                   .H = a.H,
-                                   .k = a.k,
-                                   .E = E,
-                                   .dtype = a.dtype,
-                                   .ids_i64 = a.ids_i64,
-                                   .weights_f32 = false},
-                       stream);
+        launch_combine(combine_args(a, ws.at<float>(y_rows), nullptr, /*weighted=*/false), stream);
     }
 }
 

@@ -6,10 +6,7 @@
 #include "cuda/common/check.h"
 #include "cuda/common/cublas.h"
 #include "cuda/common/device.h"
-#include "cuda/experts/combine.h"
-#include "cuda/experts/hidden_act.h"
 #include "cuda/experts/pipelines.h"
-#include "cuda/routing/routing.h"
 
 namespace moex::cuda {
 namespace {
@@ -56,18 +53,7 @@ void run_eager(const ExpertsArgs& a, cudaStream_t stream) {
 
     const RoutingArgs r = rb.args(ws, a.top_k_index, a.ids_i64);
     launch_routing(r, stream);
-    launch_gather_rows(GatherArgs{.x = a.hidden_states,
-                                  .A = ws.at<void>(x_rows),
-                                  .row_scale = nullptr,
-                                  .topk_weights = a.top_k_weights,
-                                  .row_slot = r.row_slot,
-                                  .total_rows = r.expert_row_start + E,
-                                  .rows_bound = S,
-                                  .H = a.H,
-                                  .k = a.k,
-                                  .dtype = a.dtype,
-                                  .weights_f32 = a.weights_f32},
-                       stream);
+    launch_gather_rows(gather_args(a, r, ws.at<void>(x_rows), nullptr, S), stream);
 
     // The host sync that makes eager "eager": which experts are hit, and their row ranges.
     std::vector<int32_t> start(size_t(E) + 1);
@@ -79,37 +65,11 @@ void run_eager(const ExpertsArgs& a, cudaStream_t stream) {
     CUBLAS_CHECK(cublasSetStream(h, stream));
     gemm_per_expert(h, a.dtype, start, ws.at<char>(x_rows), a.H, static_cast<const char*>(a.gate_up_proj), N,
                     a.is_transposed, ws.at<float>(u_rows));
-    launch_hidden_act(HiddenActArgs{.U = ws.at<float>(u_rows),
-                                    .h = ws.at<void>(h_rows),
-                                    .bias = a.gate_up_bias,
-                                    .row_slot = r.row_slot,
-                                    .ids = a.top_k_index,
-                                    .total_rows = r.expert_row_start + E,
-                                    .rows_bound = S,
-                                    .N = N,
-                                    .I = a.I,
-                                    .E = E,
-                                    .dtype = a.dtype,
-                                    .ids_i64 = a.ids_i64,
-                                    .has_gate = a.has_gate,
-                                    .gate = a.gate},
-                      stream);
+    launch_hidden_act(
+        hidden_act_args(a, r, ws.at<float>(u_rows), ws.at<void>(h_rows), S, N, a.gate_up_bias, a.has_gate), stream);
     gemm_per_expert(h, a.dtype, start, ws.at<char>(h_rows), a.I, static_cast<const char*>(a.down_proj), a.H,
                     a.is_transposed, ws.at<float>(y_rows));
-    launch_combine(CombineArgs{.Y = ws.at<float>(y_rows),
-                               .slot_row = r.slot_row,
-                               .ids = a.top_k_index,
-                               .bias = a.down_bias,
-                               .weights = a.top_k_weights,
-                               .out = a.out,
-                               .T = a.T,
-                               .H = a.H,
-                               .k = a.k,
-                               .E = E,
-                               .dtype = a.dtype,
-                               .ids_i64 = a.ids_i64,
-                               .weights_f32 = a.weights_f32},
-                   stream);
+    launch_combine(combine_args(a, ws.at<float>(y_rows), r.slot_row, /*weighted=*/true), stream);
 }
 
 }  // namespace moex::cuda

@@ -3,11 +3,8 @@
 // No host sync: every size the host needs is a bound (P = S + min(E, S) * 127), so the call is graph-capturable.
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
-#include "cuda/experts/combine.h"
-#include "cuda/experts/hidden_act.h"
 #include "cuda/experts/pipelines.h"
 #include "cuda/gemm/grouped_gemm.h"
-#include "cuda/routing/routing.h"
 
 namespace moex::cuda {
 
@@ -27,18 +24,7 @@ void run_grouped(const ExpertsArgs& a, cudaStream_t stream) {
     const RoutingArgs r = rb.args(ws, a.top_k_index, a.ids_i64);
     launch_routing(r, stream);
 
-    launch_gather_rows(GatherArgs{.x = a.hidden_states,
-                                  .A = ws.at<void>(x_rows),
-                                  .row_scale = ws.at<float>(row_scale),
-                                  .topk_weights = a.top_k_weights,
-                                  .row_slot = r.row_slot,
-                                  .total_rows = r.expert_row_start + E,
-                                  .rows_bound = P,
-                                  .H = a.H,
-                                  .k = a.k,
-                                  .dtype = a.dtype,
-                                  .weights_f32 = a.weights_f32},
-                       stream);
+    launch_gather_rows(gather_args(a, r, ws.at<void>(x_rows), ws.at<float>(row_scale), P), stream);
 
     const GroupedGemmArgs up{.A = ws.at<void>(x_rows),
                              .B = a.gate_up_proj,
@@ -64,20 +50,7 @@ void run_grouped(const ExpertsArgs& a, cudaStream_t stream) {
     launch_grouped_gemm(up, stream);
 
     if (!a.has_gate) {  // the GEMM contract has no "act only" epilogue: activation in one row-wise pass
-        launch_hidden_act(HiddenActArgs{.U = ws.at<float>(u_rows),
-                                        .h = ws.at<void>(h_rows),
-                                        .bias = nullptr,
-                                        .row_slot = r.row_slot,
-                                        .ids = a.top_k_index,
-                                        .total_rows = r.expert_row_start + E,
-                                        .rows_bound = P,
-                                        .N = a.I,
-                                        .I = a.I,
-                                        .E = E,
-                                        .dtype = a.dtype,
-                                        .ids_i64 = a.ids_i64,
-                                        .has_gate = false,
-                                        .gate = a.gate},
+        launch_hidden_act(hidden_act_args(a, r, ws.at<float>(u_rows), ws.at<void>(h_rows), P, a.I, nullptr, false),
                           stream);
     }
 
@@ -87,20 +60,7 @@ void run_grouped(const ExpertsArgs& a, cudaStream_t stream) {
     down.epilogue = Epilogue::kStore, down.b_scales = a.down_scales;
     launch_grouped_gemm(down, stream);
 
-    launch_combine(CombineArgs{.Y = ws.at<float>(y_rows),
-                               .slot_row = r.slot_row,
-                               .ids = a.top_k_index,
-                               .bias = nullptr,
-                               .weights = nullptr,
-                               .out = a.out,
-                               .T = a.T,
-                               .H = a.H,
-                               .k = a.k,
-                               .E = E,
-                               .dtype = a.dtype,
-                               .ids_i64 = a.ids_i64,
-                               .weights_f32 = false},
-                   stream);
+    launch_combine(combine_args(a, ws.at<float>(y_rows), r.slot_row, /*weighted=*/false), stream);
 }
 
 }  // namespace moex::cuda

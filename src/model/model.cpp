@@ -196,9 +196,8 @@ void Model::Impl::forward_to_logits(const std::vector<int32_t>& ids, const Backe
     MOEX_REQUIRE(T > 0, ErrorCode::kInvalidArgument, "forward: no tokens");
     MOEX_REQUIRE(cache_length + T <= max_context, ErrorCode::kInvalidArgument,
                  "the sequence would be " + std::to_string(cache_length + T) +
-                     " tokens, longer than the model's "
-                     "context of " +
-                     std::to_string(max_context) + " tokens (max_context)");
+                     " tokens, longer than the model's context of " + std::to_string(max_context) +
+                     " tokens (max_context)");
     for (int32_t id : ids)
         MOEX_REQUIRE(
             id >= 0 && id < c.vocab_size, ErrorCode::kInvalidArgument,

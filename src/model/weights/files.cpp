@@ -10,12 +10,6 @@
 
 namespace moex::model {
 
-using io::json_excerpt;
-using io::JsonFields;
-using io::OrderedJson;
-using io::parse_json_object;
-using io::read_text_file;
-
 namespace fs = std::filesystem;
 
 namespace {
@@ -57,15 +51,15 @@ CheckpointFiles::CheckpointFiles(std::string dir) : dir_(std::move(dir)) {
     if (!fs::exists(index, ec))
         fail(ErrorCode::kNotFound, dir_ + ": no " + kSingleName + " or " + kIndexName + " in the checkpoint directory");
     index_path_ = index.string();
-    const OrderedJson j = parse_json_object(read_text_file(index_path_), index_path_);
-    const JsonFields fields(j, index_path_);
-    const OrderedJson* map = fields.get("weight_map");
+    const io::OrderedJson j = io::parse_json_object(io::read_text_file(index_path_), index_path_);
+    const io::JsonFields fields(j, index_path_);
+    const io::OrderedJson* map = fields.get("weight_map");
     if (map == nullptr || !map->is_object()) fields.fail_type("weight_map", "an object {tensor name: shard file}");
     std::set<std::string> shards;
     for (auto it = map->begin(); it != map->end(); ++it) {
         if (!it->is_string())
             fail(ErrorCode::kFormat, index_path_ + ": weight_map entry " + io::backticked(it.key()) +
-                                         " must be a file name, got " + json_excerpt(*it));
+                                         " must be a file name, got " + io::json_excerpt(*it));
         const std::string relative = it->get<std::string>();
         if (shards.insert(relative).second) check_shard_path(index_path_, relative);
         weight_map_.emplace(it.key(), relative);
