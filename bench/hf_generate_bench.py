@@ -15,6 +15,10 @@ Settings (CUDA):
               CompileConfig(mode="reduce-overhead"), so the decode forward is torch.compile'd and replayed as CUDA
               graphs (in batched_mm, after the switch); the prefill is timed through
               torch.compile(forward, mode=--prefill-compile-mode) in grouped_mm ("none": not compiled).
+  moex, moex_grouped_mm, moex_batched_mm, ...   moex's backends inside transformers (import moex_experts.transformers):
+              no switch (transformers rewrites only "grouped_mm"; "moex" picks its kernel per call).
+  moex-compiled  "moex" with the compiled setting's decode (static cache, reduce-overhead: moex's kernels replayed in
+              CUDA graphs); the prefill plain (moex's experts are one opaque op either way).
 Prefill: model(prompt, logits_to_keep=1) as generate's prefill does, CUDA-synchronised, median of --reps.
 Decode: greedy with EOS disabled; (median time of generate(1 + new tokens) - median time of generate(1)) / new tokens.
 On the CPU (--cpu) nothing switches and nothing is compiled; the default settings are grouped_mm and batched_mm.
@@ -92,7 +96,15 @@ class Bench:
 
     def run(self, setting):
         a, on_cuda = self.args, self.device == "cuda"
-        if setting == "compiled":
+        if setting == "moex-compiled":
+            if not on_cuda:
+                raise RuntimeError("the compiled (CUDA graphs) setting needs CUDA")
+            self.model.set_experts_implementation("moex")
+            prefill_s = self.prefill()
+            tok_s = self.decode(max(a.warmup, 3), cache_implementation="static",
+                                compile_config=CompileConfig(mode="reduce-overhead"))
+            note = "prefill moex; decode moex, static cache, reduce-overhead (CUDA graphs)"
+        elif setting == "compiled":
             if not on_cuda:
                 raise RuntimeError("the compiled (CUDA graphs) setting needs CUDA")
             self.model.set_experts_implementation("grouped_mm")
@@ -138,6 +150,8 @@ def main():
     settings = (args.settings or ("grouped_mm,batched_mm" if args.cpu else "grouped_mm,batched_mm,compiled")).split(",")
     if args.threads:
         torch.set_num_threads(args.threads)
+    if any(s.startswith("moex") for s in settings):
+        import moex_experts.transformers  # noqa: F401  (registers moex_<name> and "moex" in ExpertsInterface)
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
 

@@ -4,7 +4,7 @@
 # wheels from PyPI, linked into /usr/local/bin.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev googletest libopenblas-dev
-      libpcre2-dev libutf8proc-dev pkg-config clang-format shellcheck python3-pip)
+      libpcre2-dev libutf8proc-dev pkg-config clang-format shellcheck python3-pip python3-venv ccache)
 sudo_cmd=""
 [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
 missing=()

@@ -1,0 +1,208 @@
+# One experts call through transformers, every backend side by side in one process: transformers' eager / batched_mm
+# / grouped_mm (plain, and under CUDA graphs for T <= 64) against every moex backend registered by
+# moex_experts.transformers, on the routed-expert shapes of common/shapes.h; plus the same moex kernel called
+# straight through the bindings (no transformers, no torch op), so the Python layer's cost is measured.
+"""Usage: python3 bench/python_bench.py [--device cuda|cpu] [--shapes NAME,...] [--tokens 1,8,64,...]
+                                     [--reps 20] [--json FILE]
+
+Each row: median µs of `module(hidden_states, top_k_index, top_k_weights)` of a Qwen3MoeExperts module built with
+the shape's (H, I, E) and bf16 random weights N(0, 0.02), uniform random top-k routing rotated over 8 sets (CUDA
+events on CUDA, wall clock on the CPU), outputs checked against moex grouped_mm. `direct_<name>` is moex's kernel
+through moex_experts._moex with nothing else (no transformers, no torch op, no output allocation): the difference to
+moex_<name> is the Python layer; `moex bench` in the same call gives the C++ time.
+transformers' batched_mm copies every routed expert's weights and is skipped past --max-batched-gb of copies.
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import time
+
+import torch
+import transformers
+from transformers import Qwen3MoeConfig
+from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
+
+import moex_experts
+import moex_experts.transformers as moex_hf
+from moex_experts import _moex
+
+SHAPES_H = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common", "shapes.h")
+
+
+def model_shapes():
+    """(name, H, I, E, k) of kModelShapes, read from the one shape table."""
+    text = open(SHAPES_H).read()
+    table = text[text.index("kModelShapes"):text.index("}};")]
+    return [(m[0], int(m[1]), int(m[2]), int(m[3]), int(m[4]))
+            for m in re.findall(r'\{"([^"]+)", (\d+), (\d+), (\d+), (\d+)\}', table)]
+
+
+def timer(device, reps, warmup):
+    def run(fn):
+        for _ in range(warmup):
+            fn()
+        times = []
+        for _ in range(reps):
+            if device == "cuda":
+                start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn()
+                stop.record()
+                stop.synchronize()
+                times.append(start.elapsed_time(stop) * 1e3)
+            else:
+                t0 = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - t0) * 1e6)
+        return statistics.median(times)
+    return run
+
+
+def routing_sets(T, E, k, device, n=8):
+    gen = torch.Generator().manual_seed(T)
+    sets = []
+    for _ in range(n):
+        ids = torch.stack([torch.randperm(E, generator=gen)[:k] for _ in range(T)]).to(device)
+        w = torch.softmax(torch.randn(T, k, generator=gen), -1).to(torch.bfloat16).to(device)
+        sets.append((ids, w))
+    return sets
+
+
+def bench_shape(args, name, H, I, E, k, rows):
+    device = args.device
+    cfg = Qwen3MoeConfig(hidden_size=H, moe_intermediate_size=I, num_experts=E, num_experts_per_tok=k)
+    module = Qwen3MoeExperts(cfg).to(device=device, dtype=torch.bfloat16).eval()
+    with torch.no_grad():
+        for p in module.parameters():
+            p.normal_(0, 0.02)
+    run = timer(device, args.reps, args.warmup)
+    impls = ["grouped_mm", "batched_mm", "eager"] + moex_hf.registered_names()
+    impls = [i for i in impls if i not in ("moex_deepgemm_megamoe",)]
+    for T in args.tokens:
+        x = torch.randn(T, H, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16).to(device)
+        sets = routing_sets(T, E, k, device)
+        cycle = {"i": 0}
+
+        def call():
+            ids, w = sets[cycle["i"] % len(sets)]
+            cycle["i"] += 1
+            return module(x, ids, w)
+
+        with torch.inference_mode():
+            module.config._experts_implementation = "moex_grouped_mm"
+            ref = module(x, *sets[0])
+            for impl in impls:
+                row = dict(shape=name, T=T, impl=impl, device=device)
+                copies_gb = T * k * 3 * H * I * 2 / 1e9
+                if impl == "batched_mm" and copies_gb > args.max_batched_gb:
+                    row["skip"] = f"copies {copies_gb:.1f} GB of expert weights"
+                elif impl == "eager" and T > 4096 and device == "cpu":
+                    row["skip"] = "too slow on the CPU"
+                else:
+                    module.config._experts_implementation = impl
+                    try:
+                        out = module(x, *sets[0])
+                        row["max_diff"] = float((out.float() - ref.float()).abs().max())
+                        cycle["i"] = 0
+                        row["us"] = run(call)
+                    except (NotImplementedError, RuntimeError, ValueError) as e:
+                        row["skip"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+                emit(args, rows, row)
+            direct(args, module, x, sets, name, T, rows, run)
+            if device == "cuda" and T <= 64:
+                graphs(args, module, x, sets, name, T, rows, run)
+        torch.cuda.empty_cache() if device == "cuda" else None
+
+
+def direct(args, module, x, sets, name, T, rows, run):
+    """moex's batched_mm and grouped_mm straight through the bindings: the least Python a call can cost (a DLPack
+    capsule is consumed by the call that takes it, so each call makes its own)."""
+    dl = torch._C._to_dlpack
+    out = torch.empty_like(x)
+    stream = torch.cuda.current_stream().cuda_stream if args.device == "cuda" else 0
+    up, down = module.gate_up_proj, module.down_proj
+    for backend in ("batched_mm", "grouped_mm"):
+        cycle = {"i": 0}
+
+        def call():
+            ids, w = sets[cycle["i"] % len(sets)]
+            cycle["i"] += 1
+            _moex.experts(backend, dl(x), dl(ids), dl(w), dl(up), dl(down), None, None, dl(out), stream=stream)
+
+        emit(args, rows, dict(shape=name, T=T, impl=f"direct_{backend}", device=args.device, us=run(call)))
+
+
+def graphs(args, module, x, sets, name, T, rows, run):
+    """Eight calls (one per routing set) captured in one CUDA graph, replay time / 8."""
+    for impl in ("batched_mm", "grouped_mm", "moex_batched_mm", "moex_grouped_mm", "moex"):
+        module.config._experts_implementation = impl
+        try:
+            for ids, w in sets:  # warm-up outside capture (lazy initialisation)
+                module(x, ids, w)
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for ids, w in sets:
+                    module(x, ids, w)
+            us = run(graph.replay) / len(sets)
+            emit(args, rows, dict(shape=name, T=T, impl=f"{impl}+graph", device=args.device, us=us))
+        except (RuntimeError, NotImplementedError) as e:
+            emit(args, rows, dict(shape=name, T=T, impl=f"{impl}+graph", device=args.device,
+                                  skip=f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"))
+
+
+def emit(args, rows, row):
+    rows.append(row)
+    line = json.dumps(row)
+    print(line, flush=True)
+    if args.json:
+        with open(args.json, "a") as f:
+            f.write(line + "\n")
+
+
+def table(rows):
+    """One line per (shape, T): each implementation's µs, and moex's best over transformers' best."""
+    keys = sorted({(r["shape"], r["T"]) for r in rows}, key=lambda s: (s[0], s[1]))
+    impls = []
+    for r in rows:
+        if r["impl"] not in impls:
+            impls.append(r["impl"])
+    print(f"{'shape':<18} {'T':>6} " + " ".join(f"{i[:16]:>16}" for i in impls) + "  moex÷hf", file=sys.stderr)
+    for shape, T in keys:
+        got = {r["impl"]: r.get("us") for r in rows if r["shape"] == shape and r["T"] == T}
+        hf = [v for i, v in got.items() if v and not i.startswith(("moex", "direct"))]
+        mx = [v for i, v in got.items() if v and i.startswith("moex")]
+        ratio = f"{min(hf) / min(mx):.2f}x" if hf and mx else "-"
+        cells = " ".join(f"{got[i]:>16.1f}" if got.get(i) else f"{'-':>16}" for i in impls)
+        print(f"{shape:<18} {T:>6} {cells}  {ratio}", file=sys.stderr)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--shapes", help="comma-separated names of common/shapes.h (default: all)")
+    ap.add_argument("--tokens", default=None, help="default CUDA 1,8,64,512,4096,16384; CPU 1,8,64,512,1024")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--max-batched-gb", type=float, default=20.0)
+    ap.add_argument("--json", help="append JSON lines to this file")
+    args = ap.parse_args()
+    args.tokens = [int(t) for t in (args.tokens or ("1,8,64,512,4096,16384" if args.device == "cuda"
+                                                   else "1,8,64,512,1024")).split(",")]
+    transformers.logging.set_verbosity_error()
+    wanted = set(args.shapes.split(",")) if args.shapes else None
+    print(json.dumps(dict(kind="machine", device=torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+                          torch=torch.__version__, transformers=transformers.__version__,
+                          moex_backends=moex_hf.registered_names())), flush=True)
+    rows = []
+    for name, H, I, E, k in model_shapes():
+        if wanted is None or name in wanted:
+            bench_shape(args, name, H, I, E, k, rows)
+    table(rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,428 @@
+// moex_experts._moex: the Python bindings of moex's public C++ API (nanobind). Tensors arrive as DLPack (zero-copy:
+// torch tensors, DLPack capsules, NumPy arrays) and become moex::TensorViews with their strides; the experts call
+// runs on the stream the caller names (torch's current stream); the registry, Python-written backends and the model
+// API. moex::Error becomes a Python exception carrying the C++ message.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "moex/backend.h"
+#include "moex/error.h"
+#include "moex/model.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace moex::python {
+namespace {
+
+using Array = nb::ndarray<nb::device::cpu, nb::device::cuda>;
+
+// ---- tensors ---------------------------------------------------------------------------------------------------
+
+DType dtype_of(const nb::dlpack::dtype& d, const char* name) {
+    using Code = nb::dlpack::dtype_code;
+    if (d.lanes == 1) {
+        if (d.code == uint8_t(Code::Bfloat) && d.bits == 16) return DType::kBF16;
+        if (d.code == uint8_t(Code::Float) && d.bits == 16) return DType::kF16;
+        if (d.code == uint8_t(Code::Float) && d.bits == 32) return DType::kF32;
+        if (d.code == uint8_t(Code::Float) && d.bits == 64) return DType::kF64;
+        if (d.code == uint8_t(Code::Int) && d.bits == 32) return DType::kI32;
+        if (d.code == uint8_t(Code::Int) && d.bits == 64) return DType::kI64;
+        if (d.code == uint8_t(Code::UInt) && d.bits == 8) return DType::kU8;
+    }
+    fail(ErrorCode::kInvalidArgument, std::string(name) + ": unsupported element type (DLPack code " +
+                                          std::to_string(int(d.code)) + ", " + std::to_string(int(d.bits)) + " bits)");
+}
+
+TensorView view_of(const Array& a, const char* name) {
+    MOEX_REQUIRE(a.ndim() <= size_t(kMaxDims), ErrorCode::kInvalidArgument,
+                 std::string(name) + ": " + std::to_string(a.ndim()) + " dimensions; at most " +
+                     std::to_string(kMaxDims) + " are supported");
+    TensorView v;
+    v.data = a.data();
+    v.dtype = dtype_of(a.dtype(), name);
+    v.device = a.device_type() == nb::device::cuda::value ? Device::kCUDA : Device::kCPU;
+    v.device_index = int(a.device_id());
+    v.ndim = int(a.ndim());
+    for (size_t d = 0; d < a.ndim(); ++d) v.shape[d] = int64_t(a.shape(d)), v.strides[d] = int64_t(a.stride(d));
+    return v;
+}
+
+TensorView optional_view(const std::optional<Array>& a, const char* name) {
+    return a ? view_of(*a, name) : TensorView{};
+}
+
+// A view handed to a Python backend, as a torch tensor when torch is there (else a NumPy-style DLPack array).
+nb::object to_python(const TensorView& v) {
+    if (!v.defined()) return nb::none();
+    nb::dlpack::dtype dt{};
+    dt.lanes = 1;
+    dt.bits = uint8_t(dtype_size(v.dtype) * 8);
+    using Code = nb::dlpack::dtype_code;
+    switch (v.dtype) {
+        case DType::kBF16: dt.code = uint8_t(Code::Bfloat); break;
+        case DType::kF16:
+        case DType::kF32:
+        case DType::kF64: dt.code = uint8_t(Code::Float); break;
+        case DType::kI32:
+        case DType::kI64: dt.code = uint8_t(Code::Int); break;
+        default: dt.code = uint8_t(Code::UInt); break;
+    }
+    size_t shape[kMaxDims];
+    int64_t strides[kMaxDims];
+    for (int d = 0; d < v.ndim; ++d) shape[d] = size_t(v.shape[d]), strides[d] = v.strides[d];
+    const int device = v.device == Device::kCUDA ? nb::device::cuda::value : nb::device::cpu::value;
+    nb::ndarray<nb::pytorch> a(v.data, size_t(v.ndim), shape, nb::handle(), strides, dt, device, v.device_index);
+    return nb::cast(a, nb::rv_policy::reference);  // a view of moex's memory, never a copy
+}
+
+// ---- the experts call ------------------------------------------------------------------------------------------
+
+struct Layout {
+    bool has_gate = true, is_transposed = false, is_concatenated = true;
+    std::string activation = "silu", gate = "default";
+    float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;
+};
+
+ExpertsProblem problem_of(const Array& x, const Array& ids, const Array& weights, const Array& gate_up,
+                          const Array& down, const std::optional<Array>& gate_up_bias,
+                          const std::optional<Array>& down_bias, const Layout& l) {
+    ExpertsProblem p;
+    p.hidden_states = view_of(x, "hidden_states");
+    p.top_k_index = view_of(ids, "top_k_index");
+    p.top_k_weights = view_of(weights, "top_k_weights");
+    p.gate_up_proj = view_of(gate_up, l.has_gate ? "gate_up_proj" : "up_proj");
+    p.down_proj = view_of(down, "down_proj");
+    p.gate_up_bias = optional_view(gate_up_bias, l.has_gate ? "gate_up_proj_bias" : "up_proj_bias");
+    p.down_bias = optional_view(down_bias, "down_proj_bias");
+    p.has_gate = l.has_gate;
+    p.is_transposed = l.is_transposed;
+    p.is_concatenated = l.is_concatenated;
+    const auto act = activation_from_name(l.activation);
+    MOEX_REQUIRE(act.has_value(), ErrorCode::kInvalidArgument,
+                 "unknown activation `" + l.activation + "`; valid: silu, gelu, gelu_pytorch_tanh, relu");
+    p.activation = *act;
+    MOEX_REQUIRE(l.gate == "default" || l.gate == "gpt_oss", ErrorCode::kInvalidArgument,
+                 "unknown gate `" + l.gate + "`; valid: default, gpt_oss");
+    p.gate = l.gate == "gpt_oss" ? GateKind::kGptOss : GateKind::kDefault;
+    p.swiglu_alpha = l.swiglu_alpha;
+    p.swiglu_limit = l.swiglu_limit;
+    return p;
+}
+
+// The "moex" choice for one call: the decode kernel while few rows reach each expert, grouped GEMMs after
+// (bench/RESULTS.md D: batched_mm leads at T <= 8 on every shape on the H200, grouped_mm from T = 64).
+std::string auto_backend(const ExpertsProblem& p) {
+    const int64_t rows = p.T() * p.k();
+    if (p.device() == Device::kCUDA) return rows <= 16 * p.k() ? "batched_mm" : "grouped_mm";
+    return rows <= 8 * p.k() ? "batched_mm" : "grouped_mm";
+}
+
+void experts(const std::string& backend, const Array& x, const Array& ids, const Array& weights, const Array& gate_up,
+             const Array& down, const std::optional<Array>& gate_up_bias, const std::optional<Array>& down_bias,
+             const Array& out, bool has_gate, bool is_transposed, bool is_concatenated, const std::string& activation,
+             const std::string& gate, float swiglu_alpha, float swiglu_limit, uintptr_t stream, int num_threads) {
+    const Layout layout{has_gate, is_transposed, is_concatenated, activation, gate, swiglu_alpha, swiglu_limit};
+    const ExpertsProblem p = problem_of(x, ids, weights, gate_up, down, gate_up_bias, down_bias, layout);
+    const TensorView o = view_of(out, "out");
+    RunOptions options;
+    options.num_threads = num_threads;
+    options.cuda_stream = reinterpret_cast<void*>(stream);
+    const std::string name = backend == "auto" ? auto_backend(p) : backend;
+    const Backend& b = ExpertsInterface::global().get(name);
+    nb::gil_scoped_release release;  // CPU calls take long; a Python backend takes the GIL back itself
+    b.run(p, o, options);
+}
+
+// ---- the registry ----------------------------------------------------------------------------------------------
+
+nb::dict backend_info(const Backend& b) {
+    nb::dict d;
+    d["name"] = std::string(b.name());
+    d["description"] = std::string(b.description());
+    std::vector<std::string> devices, dtypes;
+    for (Device dev : b.devices()) devices.emplace_back(device_name(dev));
+    for (DType t : b.dtypes()) dtypes.emplace_back(dtype_name(t));
+    d["devices"] = devices;
+    d["dtypes"] = dtypes;
+    nb::dict why;
+    for (Device dev : {Device::kCPU, Device::kCUDA}) {
+        const auto reason = b.unavailable(dev);
+        why[device_name(dev).data()] = reason ? nb::cast(*reason) : nb::none();
+    }
+    d["unavailable"] = why;
+    d["cuda_host_synchronizes"] = b.host_synchronizes(Device::kCUDA);
+    d["load_time_only"] = b.load_time_only();
+    return d;
+}
+
+// A backend written in Python: fn(hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, gate_up_bias,
+// down_bias, out, layout: dict, stream: int) writes out; why_not(device: str) -> str | None says where it cannot run.
+class PythonBackend final : public Backend {
+   public:
+    PythonBackend(std::string name, std::string description, std::vector<Device> devices, nb::object fn)
+        : name_(std::move(name)),
+          description_(std::move(description)),
+          devices_(std::move(devices)),
+          fn_(std::move(fn)) {}
+    ~PythonBackend() override {
+        nb::gil_scoped_acquire gil;
+        fn_.reset();
+    }
+    std::string_view name() const override { return name_; }
+    std::string_view description() const override { return description_; }
+    std::vector<Device> devices() const override { return devices_; }
+    bool host_synchronizes(Device) const override { return true; }  // unknown: say so
+    void run(const ExpertsProblem& p, const TensorView& out, const RunOptions& options) const override {
+        p.validate();
+        p.validate_output(out);
+        if (auto why = why_not(p)) fail(ErrorCode::kUnsupported, *why);
+        nb::gil_scoped_acquire gil;
+        nb::dict layout;
+        layout["has_gate"] = p.has_gate;
+        layout["is_transposed"] = p.is_transposed;
+        layout["is_concatenated"] = p.is_concatenated;
+        layout["activation"] = std::string(activation_name(p.activation));
+        layout["gate"] = p.gate == GateKind::kGptOss ? "gpt_oss" : "default";
+        layout["swiglu_alpha"] = p.swiglu_alpha;
+        layout["swiglu_limit"] = p.swiglu_limit;
+        fn_(to_python(p.hidden_states), to_python(p.top_k_index), to_python(p.top_k_weights), to_python(p.gate_up_proj),
+            to_python(p.down_proj), to_python(p.gate_up_bias), to_python(p.down_bias), to_python(out), layout,
+            reinterpret_cast<uintptr_t>(options.cuda_stream));
+    }
+
+   private:
+    std::string name_, description_;
+    std::vector<Device> devices_;
+    nb::object fn_;
+};
+
+void register_python_backend(const std::string& name, nb::object fn, const std::vector<std::string>& devices,
+                             const std::string& description) {
+    MOEX_REQUIRE(!name.empty(), ErrorCode::kInvalidArgument, "register_backend: empty name");
+    MOEX_REQUIRE(nb::hasattr(fn, "__call__"), ErrorCode::kInvalidArgument, "register_backend: fn is not callable");
+    std::vector<Device> devs;
+    for (const std::string& d : devices) {
+        const auto dev = device_from_name(d);
+        MOEX_REQUIRE(dev.has_value(), ErrorCode::kInvalidArgument,
+                     "register_backend: unknown device `" + d + "`; valid: cpu, cuda");
+        devs.push_back(*dev);
+    }
+    MOEX_REQUIRE(!devs.empty(), ErrorCode::kInvalidArgument, "register_backend: no devices");
+    ExpertsInterface::global().register_backend(
+        std::make_shared<PythonBackend>(name, description, std::move(devs), std::move(fn)));
+}
+
+// ---- the model ---------------------------------------------------------------------------------------------
+
+ExpertsImplementation implementation_of(const nb::handle& value) {
+    if (nb::isinstance<nb::str>(value)) return ExpertsImplementation::name(nb::cast<std::string>(value));
+    if (nb::isinstance<nb::dict>(value))
+        return ExpertsImplementation::per_config_map(nb::cast<std::map<std::string, std::string>>(value));
+    fail(ErrorCode::kInvalidArgument, "experts_implementation must be a backend name or a {sub_config: name} dict");
+}
+
+std::unique_ptr<Model> from_pretrained(const std::string& path, const std::string& device, int device_index,
+                                       std::optional<std::string> dtype, nb::object experts_implementation,
+                                       int num_threads, int64_t max_context, bool progress) {
+    ModelOptions o;
+    const auto dev = device_from_name(device);
+    MOEX_REQUIRE(dev.has_value(), ErrorCode::kInvalidArgument, "unknown device `" + device + "`; valid: cpu, cuda");
+    o.device = *dev;
+    o.device_index = device_index;
+    if (dtype) {
+        const auto dt = dtype_from_name(*dtype);
+        MOEX_REQUIRE(dt.has_value(), ErrorCode::kInvalidArgument, "unknown dtype `" + *dtype + "`");
+        o.dtype = *dt;
+    }
+    if (!experts_implementation.is_none()) o.experts_implementation = implementation_of(experts_implementation);
+    o.num_threads = num_threads;
+    o.max_context = max_context;
+    o.progress = progress;
+    nb::gil_scoped_release release;
+    return std::make_unique<Model>(Model::from_pretrained(path, o));
+}
+
+struct Generation {
+    std::vector<int32_t> prompt_ids, new_ids;
+    std::string text;
+    bool stopped_on_eos = false;
+    double prefill_seconds = 0, decode_seconds = 0, prefill_tokens_per_second = 0, decode_tokens_per_second = 0;
+};
+
+Generation generate(Model& m, nb::object prompt, int64_t max_new_tokens, double temperature, int64_t top_k,
+                    double top_p, uint64_t seed, bool stop_on_eos, nb::object on_token) {
+    SamplingOptions s;
+    s.max_new_tokens = max_new_tokens, s.temperature = temperature, s.top_k = top_k, s.top_p = top_p, s.seed = seed;
+    s.stop_on_eos = stop_on_eos;
+    std::function<bool(int32_t, const std::string&)> cb;
+    if (!on_token.is_none()) {
+        cb = [&on_token](int32_t id, const std::string& piece) {
+            nb::gil_scoped_acquire gil;
+            const nb::object r = on_token(id, piece);
+            return r.is_none() || nb::cast<bool>(r);  // None or True: go on; False: stop
+        };
+    }
+    std::optional<std::string> text;
+    std::vector<int32_t> ids;
+    if (nb::isinstance<nb::str>(prompt))
+        text = nb::cast<std::string>(prompt);
+    else
+        ids = nb::cast<std::vector<int32_t>>(prompt);
+    GenerationResult r;
+    {
+        nb::gil_scoped_release release;  // on_token takes the GIL back for each token
+        r = text ? m.generate(*text, s, cb) : m.generate(ids, s, cb);
+    }
+    return {r.prompt_ids,
+            r.new_ids,
+            r.text,
+            r.stopped_on_eos,
+            r.prefill_seconds,
+            r.decode_seconds,
+            r.prefill_tokens_per_second(),
+            r.decode_tokens_per_second()};
+}
+
+nb::dict config_of(const Model& m) {
+    const ModelConfig& c = m.config();
+    nb::dict d;
+    d["model_type"] = c.model_type;
+    d["architecture"] = std::string(architecture_name(c.arch));
+    d["vocab_size"] = c.vocab_size;
+    d["hidden_size"] = c.hidden_size;
+    d["num_hidden_layers"] = c.num_hidden_layers;
+    d["num_attention_heads"] = c.num_attention_heads;
+    d["num_key_value_heads"] = c.num_key_value_heads;
+    d["head_dim"] = c.head_dim;
+    d["num_experts"] = c.num_experts;
+    d["num_experts_per_tok"] = c.num_experts_per_tok;
+    d["moe_intermediate_size"] = c.moe_intermediate_size;
+    d["hidden_act"] = std::string(activation_name(c.hidden_act));
+    d["sub_config_keys"] = c.sub_config_keys;
+    return d;
+}
+
+void translate(const Error& e) {
+    switch (e.code()) {
+        case ErrorCode::kInvalidArgument:
+        case ErrorCode::kFormat: PyErr_SetString(PyExc_ValueError, e.what()); return;
+        case ErrorCode::kUnsupported: PyErr_SetString(PyExc_NotImplementedError, e.what()); return;
+        case ErrorCode::kNotFound: PyErr_SetString(PyExc_LookupError, e.what()); return;
+        case ErrorCode::kOverflow: PyErr_SetString(PyExc_OverflowError, e.what()); return;
+        case ErrorCode::kIo: PyErr_SetString(PyExc_OSError, e.what()); return;
+        case ErrorCode::kCuda: PyErr_SetString(PyExc_RuntimeError, e.what()); return;
+    }
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+}
+
+}  // namespace
+}  // namespace moex::python
+
+NB_MODULE(_moex, m) {
+    using namespace moex;
+    using namespace moex::python;
+    m.doc() = "moex: Mixture-of-Experts experts backends (the C++ library's Python bindings)";
+    nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+        try {
+            std::rethrow_exception(p);
+        } catch (const Error& e) {
+            translate(e);
+        }
+    });
+    m.attr("with_cuda") = bool(MOEX_WITH_CUDA);
+
+    m.def(
+        "experts", &experts, "backend"_a, "hidden_states"_a, "top_k_index"_a, "top_k_weights"_a, "gate_up_proj"_a,
+        "down_proj"_a, "gate_up_bias"_a.none(), "down_bias"_a.none(), "out"_a, "has_gate"_a = true,
+        "is_transposed"_a = false, "is_concatenated"_a = true, "activation"_a = "silu", "gate"_a = "default",
+        "swiglu_alpha"_a = 1.702f, "swiglu_limit"_a = 7.0f, "stream"_a = 0, "num_threads"_a = 0,
+        "Runs one experts call into `out` (T, H) with a registered backend, or 'auto' (the decode kernel for few rows "
+        "per expert, grouped GEMMs for many). CUDA work is queued on `stream` (a cudaStream_t as int).");
+    m.def(
+        "backends",
+        [] {
+            std::vector<nb::dict> out;
+            const auto& registry = ExpertsInterface::global();
+            for (const std::string& n : registry.names()) out.push_back(backend_info(registry.get(n)));
+            return out;
+        },
+        "Every registered backend: name, description, devices, dtypes, why it cannot run on cpu / cuda here.");
+    m.def(
+        "why_not",
+        [](const std::string& name, const std::string& device) -> std::optional<std::string> {
+            const auto dev = device_from_name(device);
+            MOEX_REQUIRE(dev.has_value(), ErrorCode::kInvalidArgument, "unknown device `" + device + "`");
+            return ExpertsInterface::global().get(name).unavailable(*dev);
+        },
+        "name"_a, "device"_a,
+        "Why backend `name` cannot run on `device` in this build and on this machine; None: it can.");
+    m.def("register_backend", &register_python_backend, "name"_a, "fn"_a, "devices"_a = std::vector<std::string>{"cpu"},
+          "description"_a = "a backend written in Python",
+          "Registers fn(hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, gate_up_bias, down_bias, "
+          "out, layout, stream) as a moex backend (it writes `out`); replaces a backend of the same name.");
+
+    nb::class_<Generation>(m, "GenerationResult")
+        .def_ro("prompt_ids", &Generation::prompt_ids)
+        .def_ro("new_ids", &Generation::new_ids)
+        .def_ro("text", &Generation::text)
+        .def_ro("stopped_on_eos", &Generation::stopped_on_eos)
+        .def_ro("prefill_seconds", &Generation::prefill_seconds)
+        .def_ro("decode_seconds", &Generation::decode_seconds)
+        .def_ro("prefill_tokens_per_second", &Generation::prefill_tokens_per_second)
+        .def_ro("decode_tokens_per_second", &Generation::decode_tokens_per_second);
+
+    nb::class_<Model>(m, "Model",
+                      "A Hugging Face MoE checkpoint loaded by moex's runtime (qwen2_moe, qwen3_moe, mixtral, "
+                      "olmoe).")
+        .def_static("from_pretrained", &from_pretrained, "path"_a, "device"_a = "cpu", "device_index"_a = 0,
+                    "dtype"_a = nb::none(), "experts_implementation"_a = nb::none(), "num_threads"_a = 0,
+                    "max_context"_a = 0, "progress"_a = false)
+        .def_prop_ro("config", &config_of)
+        .def_prop_ro("device", [](const Model& m) { return std::string(device_name(m.device())); })
+        .def_prop_ro("dtype", [](const Model& m) { return std::string(dtype_name(m.dtype())); })
+        .def(
+            "set_experts_implementation",
+            [](Model& m, nb::handle value) { m.set_experts_implementation(implementation_of(value)); }, "value"_a)
+        .def("get_experts_implementation", &Model::get_experts_implementation)
+        .def_prop_ro("experts_backend", [](const Model& m) { return m.experts_backend(); })
+        .def(
+            "forward",
+            [](Model& m, const std::vector<int32_t>& ids) {
+                nb::gil_scoped_release release;
+                return m.forward(ids);
+            },
+            "ids"_a, "Appends ids to the KV cache; returns the last position's logits (float32, vocab_size).")
+        .def("reset", &Model::reset)
+        .def_prop_ro("cache_length", &Model::cache_length)
+        .def(
+            "encode",
+            [](const Model& m, const std::string& text, bool add_special_tokens) {
+                MOEX_REQUIRE(m.tokenizer() != nullptr, ErrorCode::kInvalidArgument, "this model has no tokenizer.json");
+                return m.tokenizer()->encode(text, add_special_tokens);
+            },
+            "text"_a, "add_special_tokens"_a = true)
+        .def(
+            "decode",
+            [](const Model& m, const std::vector<int32_t>& ids) {
+                MOEX_REQUIRE(m.tokenizer() != nullptr, ErrorCode::kInvalidArgument, "this model has no tokenizer.json");
+                return m.tokenizer()->decode(ids);
+            },
+            "ids"_a)
+        .def("generate", &generate, "prompt"_a, "max_new_tokens"_a = 32, "temperature"_a = 0.0, "top_k"_a = 0,
+             "top_p"_a = 1.0, "seed"_a = 0, "stop_on_eos"_a = true, "on_token"_a = nb::none(),
+             "Prefill, then decode (on CUDA grouped_mm entries run batched_mm while decoding). on_token(id, text) is "
+             "called for every new token with its text; returning False stops.");
+}
