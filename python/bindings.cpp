@@ -27,7 +27,7 @@ using namespace nb::literals;
 namespace moex::python {
 namespace {
 
-using Array = nb::ndarray<nb::device::cpu, nb::device::cuda>;
+using Array = nb::ndarray<>;  // any device: view_of accepts the CPU and CUDA ones
 
 // ---- tensors ---------------------------------------------------------------------------------------------------
 
@@ -50,10 +50,14 @@ TensorView view_of(const Array& a, const char* name) {
     MOEX_REQUIRE(a.ndim() <= size_t(kMaxDims), ErrorCode::kInvalidArgument,
                  std::string(name) + ": " + std::to_string(a.ndim()) + " dimensions; at most " +
                      std::to_string(kMaxDims) + " are supported");
+    const int32_t dev = a.device_type();
+    MOEX_REQUIRE(
+        dev == nb::device::cpu::value || dev == nb::device::cuda::value, ErrorCode::kInvalidArgument,
+        std::string(name) + ": DLPack device type " + std::to_string(dev) + "; moex takes CPU and CUDA memory");
     TensorView v;
     v.data = a.data();
     v.dtype = dtype_of(a.dtype(), name);
-    v.device = a.device_type() == nb::device::cuda::value ? Device::kCUDA : Device::kCPU;
+    v.device = dev == nb::device::cuda::value ? Device::kCUDA : Device::kCPU;
     v.device_index = int(a.device_id());
     v.ndim = int(a.ndim());
     for (size_t d = 0; d < a.ndim(); ++d) v.shape[d] = int64_t(a.shape(d)), v.strides[d] = int64_t(a.stride(d));
