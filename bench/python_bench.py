@@ -1,9 +1,10 @@
 # One experts call through transformers, every backend side by side in one process: transformers' eager / batched_mm
-# / grouped_mm (plain, and under CUDA graphs for T <= 64) against every moex backend registered by
+# / grouped_mm (plain, under CUDA graphs for T <= 64, and with --compile under torch.compile in the modes the seed
+# lists for each) against every moex backend registered by
 # moex_experts.transformers, on the routed-expert shapes of common/shapes.h; plus the same moex kernel called
 # straight through the bindings (no transformers, no torch op), so the Python layer's cost is measured.
 """Usage: python3 bench/python_bench.py [--device cuda|cpu] [--shapes NAME,...] [--tokens 1,8,64,...]
-                                     [--reps 20] [--json FILE]
+                                     [--reps 20] [--json FILE] [--compile]
 
 Each row: median µs of `module(hidden_states, top_k_index, top_k_weights)` of a Qwen3MoeExperts module built with
 the shape's (H, I, E) and bf16 random weights N(0, 0.02), uniform random top-k routing rotated over 8 sets (CUDA
@@ -11,6 +12,9 @@ events on CUDA, wall clock on the CPU), outputs checked against moex grouped_mm.
 through moex_experts._moex with nothing else (no transformers, no torch op, no output allocation): the difference to
 moex_<name> is the Python layer; `moex bench` in the same call gives the C++ time.
 transformers' batched_mm copies every routed expert's weights and is skipped past --max-batched-gb of copies.
+--compile adds `<impl>+compile` rows: torch.compile(module, fullgraph=True) of transformers' grouped_mm and
+batched_mm and of "moex", in the seed's modes (grouped_mm: default and max-autotune-no-cudagraphs; batched_mm and
+moex: default and reduce-overhead; on the CPU the default mode only). Compilation is not timed.
 """
 import argparse
 import json
@@ -114,6 +118,8 @@ def bench_shape(args, name, H, I, E, k, rows):
             direct(args, module, x, sets, name, T, rows, run)
             if device == "cuda" and T <= 64:
                 graphs(args, module, x, sets, name, T, rows, run)
+            if args.compile:
+                compiled(args, module, x, sets, name, T, k, rows, run)
         torch.cuda.empty_cache() if device == "cuda" else None
 
 
@@ -154,6 +160,42 @@ def graphs(args, module, x, sets, name, T, rows, run):
                                   skip=f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"))
 
 
+# The modes the seed's compile table lists per implementation (its "all" narrowed to the two that differ).
+COMPILE_MODES = {"grouped_mm": (None, "max-autotune-no-cudagraphs"), "batched_mm": (None, "reduce-overhead"),
+                 "moex": (None, "reduce-overhead")}
+MODE_TAGS = {None: "compile", "max-autotune-no-cudagraphs": "autotune", "reduce-overhead": "compile-ro"}
+
+
+def compiled(args, module, x, sets, name, T, k, rows, run):
+    """torch.compile(module, fullgraph=True) per implementation and mode; the routing sets share one shape, so one
+    compilation serves all eight."""
+    for impl, modes in COMPILE_MODES.items():
+        for mode in modes if args.device == "cuda" else (None,):
+            row = dict(shape=name, T=T, impl=f"{impl}+{MODE_TAGS[mode]}", device=args.device)
+            copies_gb = T * k * 3 * module.gate_up_proj.shape[2] * module.down_proj.shape[2] * 2 / 1e9
+            if impl == "batched_mm" and copies_gb > args.max_batched_gb:
+                emit(args, rows, dict(row, skip=f"copies {copies_gb:.1f} GB of expert weights"))
+                continue
+            module.config._experts_implementation = impl
+            torch._dynamo.reset()
+            try:
+                fn = torch.compile(module, fullgraph=True, mode=mode)
+                for ids, w in sets:
+                    fn(x, ids, w)
+                cycle = {"i": 0}
+
+                def call():
+                    ids, w = sets[cycle["i"] % len(sets)]
+                    cycle["i"] += 1
+                    return fn(x, ids, w)
+
+                row["us"] = run(call)
+            except Exception as e:  # noqa: BLE001 - a backend the compiler refuses is a row, not the end of the run
+                row["skip"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+            emit(args, rows, row)
+    torch._dynamo.reset()
+
+
 def emit(args, rows, row):
     rows.append(row)
     line = json.dumps(row)
@@ -189,6 +231,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--max-batched-gb", type=float, default=20.0)
     ap.add_argument("--json", help="append JSON lines to this file")
+    ap.add_argument("--compile", action="store_true", help="add torch.compile rows (see above)")
     args = ap.parse_args()
     args.tokens = [int(t) for t in (args.tokens or ("1,8,64,512,4096,16384" if args.device == "cuda"
                                                    else "1,8,64,512,1024")).split(",")]

@@ -30,8 +30,14 @@ def _dlpack(t):
     return None if t is None else _to_dlpack(t)
 
 
+# The current stream's handle as an int, without building a torch.cuda.Stream (what inductor's generated code calls).
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def _stream_of(t: torch.Tensor) -> int:
-    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else 0
+    if not t.is_cuda:
+        return 0
+    return _raw_stream(t.device.index) if _raw_stream else torch.cuda.current_stream(t.device).cuda_stream
 
 
 def _run(backend, x, ids, w, gate_up, down, gate_up_bias, down_bias, layout) -> torch.Tensor:

@@ -61,3 +61,7 @@ deps_cmake_args() {
 }
 
 [[ -d /usr/local/cuda/bin ]] && export PATH="/usr/local/cuda/bin:$PATH"
+# The GPU machine has no libutf8proc / libpcre2 of its own: the shared libraries in .deps are found at run time.
+if [[ -d ${MOEX_DEPS:-$ROOT/.deps}/usr/lib/x86_64-linux-gnu ]]; then
+    export LD_LIBRARY_PATH="${MOEX_DEPS:-$ROOT/.deps}/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
