@@ -118,9 +118,10 @@ ExpertsProblem problem_of(const Array& x, const Array& ids, const Array& weights
     MOEX_REQUIRE(act.has_value(), ErrorCode::kInvalidArgument,
                  "unknown activation `" + l.activation + "`; valid: silu, gelu, gelu_pytorch_tanh, relu");
     p.activation = *act;
-    MOEX_REQUIRE(l.gate == "default" || l.gate == "gpt_oss", ErrorCode::kInvalidArgument,
+    const auto gate = gate_kind_from_name(l.gate);
+    MOEX_REQUIRE(gate.has_value(), ErrorCode::kInvalidArgument,
                  "unknown gate `" + l.gate + "`; valid: default, gpt_oss");
-    p.gate = l.gate == "gpt_oss" ? GateKind::kGptOss : GateKind::kDefault;
+    p.gate = *gate;
     p.swiglu_alpha = l.swiglu_alpha;
     p.swiglu_limit = l.swiglu_limit;
     return p;
@@ -199,7 +200,7 @@ class PythonBackend final : public Backend {
         layout["is_transposed"] = p.is_transposed;
         layout["is_concatenated"] = p.is_concatenated;
         layout["activation"] = std::string(activation_name(p.activation));
-        layout["gate"] = p.gate == GateKind::kGptOss ? "gpt_oss" : "default";
+        layout["gate"] = std::string(gate_kind_name(p.gate));
         layout["swiglu_alpha"] = p.swiglu_alpha;
         layout["swiglu_limit"] = p.swiglu_limit;
         fn_(to_python(p.hidden_states), to_python(p.top_k_index), to_python(p.top_k_weights), to_python(p.gate_up_proj),

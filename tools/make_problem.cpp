@@ -55,7 +55,8 @@ void make(const MakeArgs& a) {
     const auto act = activation_from_name(a.activation);
     MOEX_REQUIRE(act.has_value(), ErrorCode::kInvalidArgument,
                  "unknown --activation `" + a.activation + "`; valid: silu, gelu, gelu_pytorch_tanh, relu");
-    MOEX_REQUIRE(a.gate == "default" || a.gate == "gpt_oss", ErrorCode::kInvalidArgument,
+    const auto gate = gate_kind_from_name(a.gate);
+    MOEX_REQUIRE(gate.has_value(), ErrorCode::kInvalidArgument,
                  "unknown --gate `" + a.gate + "`; valid: default, gpt_oss");
     const auto idt = dtype_from_name(a.index_dtype);
     MOEX_REQUIRE(idt == DType::kI32 || idt == DType::kI64, ErrorCode::kInvalidArgument,
@@ -95,7 +96,7 @@ void make(const MakeArgs& a) {
     p.is_transposed = a.transposed;
     p.is_concatenated = !a.interleaved;
     p.activation = *act;
-    p.gate = a.gate == "gpt_oss" ? GateKind::kGptOss : GateKind::kDefault;
+    p.gate = *gate;
     save_problem_file(a.out, p);
     fmt::print("wrote {}: {} T={} H={} I={} E={} k={} {}{}{}{}{}, {:.2f} GB of weights\n", a.out, s.name, T, H, I, E,
                s.k, dtype_name(dt), a.transposed ? ", transposed" : "", a.interleaved ? ", interleaved" : "",

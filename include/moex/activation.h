@@ -13,5 +13,7 @@ enum class GateKind : uint8_t { kDefault, kGptOss };                 // kDefault
 
 std::string_view activation_name(Activation a);  // "silu", "gelu", "gelu_pytorch_tanh", "relu"
 std::optional<Activation> activation_from_name(std::string_view name);
+std::string_view gate_kind_name(GateKind g);  // "default", "gpt_oss"
+std::optional<GateKind> gate_kind_from_name(std::string_view name);
 
 }  // namespace moex

@@ -66,6 +66,14 @@ std::optional<Activation> activation_from_name(std::string_view n) {
     return std::nullopt;
 }
 
+std::string_view gate_kind_name(GateKind g) { return g == GateKind::kGptOss ? "gpt_oss" : "default"; }
+
+std::optional<GateKind> gate_kind_from_name(std::string_view n) {
+    if (n == "default") return GateKind::kDefault;
+    if (n == "gpt_oss") return GateKind::kGptOss;
+    return std::nullopt;
+}
+
 int64_t ExpertsProblem::I() const {
     if (!down_proj.defined() || down_proj.ndim != 3) return 0;
     return is_transposed ? down_proj.shape[1] : down_proj.shape[2];

@@ -72,12 +72,9 @@ void read_flags(const SafetensorsFile& file, ExpertsProblem& p) {
     p.is_concatenated = flags.boolean("is_concatenated", true);
     p.has_gate = flags.boolean("has_gate", true);
     if (const std::string* g = flags.get("gate")) {
-        if (*g == "default")
-            p.gate = GateKind::kDefault;
-        else if (*g == "gpt_oss")
-            p.gate = GateKind::kGptOss;
-        else
-            bad(path, "metadata gate = " + io::backticked(*g) + "; allowed: default, gpt_oss");
+        const auto gate = gate_kind_from_name(*g);
+        if (!gate) bad(path, "metadata gate = " + io::backticked(*g) + "; allowed: default, gpt_oss");
+        p.gate = *gate;
     }
     p.swiglu_alpha = flags.number("swiglu_alpha", 1.702f);
     p.swiglu_limit = flags.number("swiglu_limit", 7.0f);
@@ -152,7 +149,7 @@ void save_problem_file(const std::string& path, const ExpertsProblem& p, const T
                                                {"is_transposed", text(p.is_transposed)},
                                                {"is_concatenated", text(p.is_concatenated)},
                                                {"has_gate", text(p.has_gate)},
-                                               {"gate", p.gate == GateKind::kGptOss ? "gpt_oss" : "default"}};
+                                               {"gate", std::string(gate_kind_name(p.gate))}};
     if (p.gate == GateKind::kGptOss) {
         meta["swiglu_alpha"] = number(p.swiglu_alpha);
         meta["swiglu_limit"] = number(p.swiglu_limit);
