@@ -191,9 +191,7 @@ class PythonBackend final : public Backend {
     std::vector<Device> devices() const override { return devices_; }
     bool host_synchronizes(Device) const override { return true; }  // unknown: say so
     void run(const ExpertsProblem& p, const TensorView& out, const RunOptions& options) const override {
-        p.validate();
-        p.validate_output(out);
-        if (auto why = why_not(p)) fail(ErrorCode::kUnsupported, *why);
+        check_runnable(p, out);
         nb::gil_scoped_acquire gil;
         nb::dict layout;
         layout["has_gate"] = p.has_gate;

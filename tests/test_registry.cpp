@@ -22,9 +22,7 @@ class UserBackend final : public Backend {
     std::vector<Device> devices() const override { return {Device::kCPU}; }
     std::vector<DType> dtypes() const override { return {DType::kF32, DType::kBF16}; }
     void run(const ExpertsProblem& p, const TensorView& out, const RunOptions&) const override {
-        p.validate();
-        p.validate_output(out);
-        if (auto why = why_not(p)) fail(ErrorCode::kUnsupported, *why);
+        check_runnable(p, out);
         const std::vector<double> ref = reference_of(p);
         for (size_t i = 0; i < ref.size(); ++i) store_from_double(out, int64_t(i), ref[i]);
     }

@@ -33,8 +33,11 @@ class Backend {
     virtual bool host_synchronizes(Device) const { return false; }
     // A load-time choice (deepgemm_megamoe): a model never switches into or out of it at run time.
     virtual bool load_time_only() const { return false; }
-    // Computes out (T, H). Validates the problem first; throws moex::Error on any violation.
+    // Computes out (T, H). Validates the problem first (check_runnable); throws moex::Error on any violation.
     virtual void run(const ExpertsProblem& problem, const TensorView& out, const RunOptions& options) const = 0;
+
+    // What every run() does first: the problem and `out` validated, then why_not() raised as Error(kUnsupported).
+    void check_runnable(const ExpertsProblem& problem, const TensorView& out) const;
 };
 
 class ExpertsInterface {

@@ -24,7 +24,7 @@ class DeepGemmMegaMoe final : public Backend {
             "build; run experts inside a moex::EpRunner group with grouped_mm or batched_mm instead");
     }
     void run(const ExpertsProblem& p, const TensorView& out, const RunOptions&) const override {
-        check_runnable(*this, p, out);
+        check_runnable(p, out);
     }
 };
 

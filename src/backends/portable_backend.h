@@ -16,9 +16,6 @@
 
 namespace moex::backends {
 
-// Validates problem and output, checks why_not(), then leaves the call to the backend. T = 0 launches nothing.
-void check_runnable(const Backend& backend, const ExpertsProblem& problem, const TensorView& out);
-
 class PortableBackend final : public Backend {
    public:
     using CpuKernel = void (*)(const ExpertsProblem&, const TensorView&, int num_threads);
@@ -33,7 +30,7 @@ class PortableBackend final : public Backend {
     }
     bool host_synchronizes(Device device) const override { return device == Device::kCUDA && cuda_syncs_; }
     void run(const ExpertsProblem& p, const TensorView& out, const RunOptions& options) const override {
-        check_runnable(*this, p, out);
+        check_runnable(p, out);
         if (p.T() == 0) return;
         if (p.device() == Device::kCUDA) return run_cuda(p, out, cuda_, options);
         cpu_(p, out, options.num_threads);
@@ -66,7 +63,7 @@ class CudaRestriction final : public Backend {
         return refusal_(p);
     }
     void run(const ExpertsProblem& p, const TensorView& out, const RunOptions& options) const override {
-        check_runnable(*this, p, out);
+        check_runnable(p, out);
         if (p.T() == 0) return;
         run_cuda(p, out, cuda_, options);
     }

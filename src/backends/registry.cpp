@@ -1,11 +1,9 @@
 // ExpertsInterface: the registry. The built-in backends are listed here, one line each, and nowhere else; plus the
-// Backend defaults and the run-time check every built-in backend makes first.
+// Backend defaults and the run-time check every backend makes first.
 #include <algorithm>
-#include <mutex>
 
 #include "moex/backend.h"
 #include "moex/error.h"
-#include "src/backends/portable_backend.h"
 
 namespace moex {
 namespace backends {  // the built-in backends, each made in its own file of src/backends/
@@ -76,15 +74,11 @@ void ExpertsInterface::run(std::string_view name, const ExpertsProblem& problem,
     get(name).run(problem, out, options);
 }
 
-namespace backends {
-
-void check_runnable(const Backend& backend, const ExpertsProblem& problem, const TensorView& out) {
+void Backend::check_runnable(const ExpertsProblem& problem, const TensorView& out) const {
     problem.validate();
     problem.validate_output(out);
-    if (auto why = backend.why_not(problem)) fail(ErrorCode::kUnsupported, *why);
+    if (auto why = why_not(problem)) fail(ErrorCode::kUnsupported, *why);
 }
-
-}  // namespace backends
 
 std::optional<std::string> Backend::unavailable(Device device) const {
     const auto devs = devices();
