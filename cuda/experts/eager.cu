@@ -11,16 +11,12 @@
 namespace moex::cuda {
 namespace {
 
-cudaDataType_t cuda_type(DType d) {
-    return d == DType::kBF16 ? CUDA_R_16BF : d == DType::kF16 ? CUDA_R_16F : CUDA_R_32F;
-}
-
 // C (rows, n) f32 = A (rows, k) · W_e^T, W_e (n, k) row-major, or W_e (k, n) row-major when transposed.
 // cuBLAS is column-major: C^T (n, rows) = op(W) (n, k) · A^T (k, rows).
 void gemm_rows(cublasHandle_t h, DType dt, const void* A, int64_t rows, int64_t k, const void* W, int64_t n,
                bool transposed, float* C) {
     const float one = 1.0f, zero = 0.0f;
-    const cudaDataType_t t = cuda_type(dt);
+    const cudaDataType_t t = cuda_data_type(dt);
     CUBLAS_CHECK(cublasGemmEx(h, transposed ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(rows), int(k), &one,
                               W, t, transposed ? int(n) : int(k), A, t, int(k), &zero, C, CUDA_R_32F, int(n),
                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));

@@ -46,8 +46,6 @@ int64_t alignment(const void* p) {
     return a;
 }
 
-cudaDataType_t data_type(DType d) { return d == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F; }
-
 }  // namespace
 
 struct LtState {
@@ -85,7 +83,7 @@ bool build_plan(LtState& s, const PlanKey& key, bool with_bias, Plan& p) {
     const int64_t T = key[0], N = key[1], K = key[2], ld_x = key[3], ld_out = key[4];
     const auto dt = static_cast<DType>(key[5]);
     const bool out_f32 = key[6] != 0;
-    const cudaDataType_t in_t = data_type(dt), out_t = out_f32 ? CUDA_R_32F : in_t;
+    const cudaDataType_t in_t = cuda_data_type(dt), out_t = out_f32 ? CUDA_R_32F : in_t;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof(opT)));
