@@ -7,6 +7,7 @@
 
 #include "moex/ep.h"
 #include "moex/error.h"
+#include "src/cpu/problem.h"
 #include "src/ep/plan.h"
 #include "src/ep/rows.h"
 
@@ -216,11 +217,7 @@ void EpRunner::Impl::combine(EpCall& c, const TensorView& out, EpStats& st) {
     std::vector<float> wf;  // (T, k) the routing weights as f32 (exact for bf16/f16)
     if (c.by_slot) {
         wf.resize(size_t(T * k));
-        const TensorView& wv = c.w_host.view();
-        for (int64_t i = 0; i < T * k; ++i)
-            wf[size_t(i)] = wv.dtype == DType::kF32    ? wv.ptr<const float>()[i]
-                            : wv.dtype == DType::kBF16 ? bf16_to_f32(wv.ptr<const uint16_t>()[i])
-                                                       : f16_to_f32(wv.ptr<const uint16_t>()[i]);
+        cpu::to_f32(c.w_host.data(), c.w_host.view().dtype, T * k, wf.data());
     }
     const int64_t M = c.by_slot ? k : shard.ep_size;
     const auto* rws = static_cast<const int64_t*>(upload(rows, c.by_slot ? c.plan.slot_row : c.plan.rank_row));
