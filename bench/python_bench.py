@@ -75,6 +75,28 @@ def routing_sets(T, E, k, device, n=8):
     return sets
 
 
+def rotating(sets, fn):
+    """A call of fn(ids, w) that takes the next of the routing sets each time, from the first."""
+    cycle = {"i": 0}
+
+    def call():
+        ids, w = sets[cycle["i"] % len(sets)]
+        cycle["i"] += 1
+        return fn(ids, w)
+
+    return call
+
+
+def batched_copies_skip(args, T, k, H, I):
+    """Why transformers' batched_mm is skipped at this size (its per-token weight copies), or None."""
+    copies_gb = T * k * 3 * H * I * 2 / 1e9
+    return f"copies {copies_gb:.1f} GB of expert weights" if copies_gb > args.max_batched_gb else None
+
+
+def skip_text(e):
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+
+
 def bench_shape(args, name, H, I, E, k, rows):
     device = args.device
     cfg = Qwen3MoeConfig(hidden_size=H, moe_intermediate_size=I, num_experts=E, num_experts_per_tok=k)
@@ -88,21 +110,14 @@ def bench_shape(args, name, H, I, E, k, rows):
     for T in args.tokens:
         x = torch.randn(T, H, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16).to(device)
         sets = routing_sets(T, E, k, device)
-        cycle = {"i": 0}
-
-        def call():
-            ids, w = sets[cycle["i"] % len(sets)]
-            cycle["i"] += 1
-            return module(x, ids, w)
-
         with torch.inference_mode():
             module.config._experts_implementation = "moex_grouped_mm"
             ref = module(x, *sets[0])
             for impl in impls:
                 row = dict(shape=name, T=T, impl=impl, device=device)
-                copies_gb = T * k * 3 * H * I * 2 / 1e9
-                if impl == "batched_mm" and copies_gb > args.max_batched_gb:
-                    row["skip"] = f"copies {copies_gb:.1f} GB of expert weights"
+                too_big = batched_copies_skip(args, T, k, H, I) if impl == "batched_mm" else None
+                if too_big:
+                    row["skip"] = too_big
                 elif impl == "eager" and T > 4096 and device == "cpu":
                     row["skip"] = "too slow on the CPU"
                 else:
@@ -110,16 +125,15 @@ def bench_shape(args, name, H, I, E, k, rows):
                     try:
                         out = module(x, *sets[0])
                         row["max_diff"] = float((out.float() - ref.float()).abs().max())
-                        cycle["i"] = 0
-                        row["us"] = run(call)
+                        row["us"] = run(rotating(sets, lambda ids, w: module(x, ids, w)))
                     except (NotImplementedError, RuntimeError, ValueError) as e:
-                        row["skip"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+                        row["skip"] = skip_text(e)
                 emit(args, rows, row)
             direct(args, module, x, sets, name, T, rows, run)
             if device == "cuda" and T <= 64:
                 graphs(args, module, x, sets, name, T, rows, run)
             if args.compile:
-                compiled(args, module, x, sets, name, T, k, rows, run)
+                compiled(args, module, x, sets, name, T, k, H, I, rows, run)
         torch.cuda.empty_cache() if device == "cuda" else None
 
 
@@ -131,13 +145,8 @@ def direct(args, module, x, sets, name, T, rows, run):
     stream = torch.cuda.current_stream().cuda_stream if args.device == "cuda" else 0
     up, down = module.gate_up_proj, module.down_proj
     for backend in ("batched_mm", "grouped_mm"):
-        cycle = {"i": 0}
-
-        def call():
-            ids, w = sets[cycle["i"] % len(sets)]
-            cycle["i"] += 1
-            _moex.experts(backend, dl(x), dl(ids), dl(w), dl(up), dl(down), None, None, dl(out), stream=stream)
-
+        call = rotating(sets, lambda ids, w: _moex.experts(backend, dl(x), dl(ids), dl(w), dl(up), dl(down), None,
+                                                           None, dl(out), stream=stream))
         emit(args, rows, dict(shape=name, T=T, impl=f"direct_{backend}", device=args.device, us=run(call)))
 
 
@@ -156,8 +165,7 @@ def graphs(args, module, x, sets, name, T, rows, run):
             us = run(graph.replay) / len(sets)
             emit(args, rows, dict(shape=name, T=T, impl=f"{impl}+graph", device=args.device, us=us))
         except (RuntimeError, NotImplementedError) as e:
-            emit(args, rows, dict(shape=name, T=T, impl=f"{impl}+graph", device=args.device,
-                                  skip=f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"))
+            emit(args, rows, dict(shape=name, T=T, impl=f"{impl}+graph", device=args.device, skip=skip_text(e)))
 
 
 # The modes the seed's compile table lists per implementation (its "all" narrowed to the two that differ).
@@ -166,15 +174,15 @@ COMPILE_MODES = {"grouped_mm": (None, "max-autotune-no-cudagraphs"), "batched_mm
 MODE_TAGS = {None: "compile", "max-autotune-no-cudagraphs": "autotune", "reduce-overhead": "compile-ro"}
 
 
-def compiled(args, module, x, sets, name, T, k, rows, run):
+def compiled(args, module, x, sets, name, T, k, H, I, rows, run):
     """torch.compile(module, fullgraph=True) per implementation and mode; the routing sets share one shape, so one
     compilation serves all eight."""
     for impl, modes in COMPILE_MODES.items():
         for mode in modes if args.device == "cuda" else (None,):
             row = dict(shape=name, T=T, impl=f"{impl}+{MODE_TAGS[mode]}", device=args.device)
-            copies_gb = T * k * 3 * module.gate_up_proj.shape[2] * module.down_proj.shape[2] * 2 / 1e9
-            if impl == "batched_mm" and copies_gb > args.max_batched_gb:
-                emit(args, rows, dict(row, skip=f"copies {copies_gb:.1f} GB of expert weights"))
+            too_big = batched_copies_skip(args, T, k, H, I) if impl == "batched_mm" else None
+            if too_big:
+                emit(args, rows, dict(row, skip=too_big))
                 continue
             module.config._experts_implementation = impl
             torch._dynamo.reset()
@@ -182,16 +190,9 @@ def compiled(args, module, x, sets, name, T, k, rows, run):
                 fn = torch.compile(module, fullgraph=True, mode=mode)
                 for ids, w in sets:
                     fn(x, ids, w)
-                cycle = {"i": 0}
-
-                def call():
-                    ids, w = sets[cycle["i"] % len(sets)]
-                    cycle["i"] += 1
-                    return fn(x, ids, w)
-
-                row["us"] = run(call)
+                row["us"] = run(rotating(sets, lambda ids, w: fn(x, ids, w)))
             except Exception as e:  # noqa: BLE001 - a backend the compiler refuses is a row, not the end of the run
-                row["skip"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+                row["skip"] = skip_text(e)
             emit(args, rows, row)
     torch._dynamo.reset()
 

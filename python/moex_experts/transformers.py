@@ -31,6 +31,7 @@ _ACTIVATIONS = {
 _CONFIG_ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_pytorch_tanh": "gelu_pytorch_tanh",
                        "gelu_new": "gelu_pytorch_tanh", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu"}
 _GPT_OSS_GATES = ("GptOssExperts._apply_gate",)
+_DEFAULT_GATE = ("default", 1.702, 7.0)  # (gate, swiglu_alpha, swiglu_limit); alpha and limit unused by it
 
 
 def _activation(module) -> str:
@@ -70,7 +71,7 @@ def _gate(module):
     """(gate, alpha, limit) for the module's gate, or NotImplementedError."""
     kind = _gate_kind(type(module))
     if kind == "default":
-        return "default", 1.702, 7.0
+        return _DEFAULT_GATE
     if kind == "gpt_oss":
         return "gpt_oss", float(getattr(module, "alpha", 1.702)), float(getattr(module, "limit", 7.0))
     raise NotImplementedError(f"moex: {type(module).__name__} has its own _apply_gate ({kind}); moex runs "
@@ -84,7 +85,7 @@ def _layout(module):
         raise NotImplementedError(f"moex: {type(module).__name__} applies a norm after each expert "
                                   "(has_post_expert_norm); moex's backends do not")
     has_gate = getattr(module, "has_gate", True)
-    gate, alpha, limit = _gate(module) if has_gate else ("default", 1.702, 7.0)
+    gate, alpha, limit = _gate(module) if has_gate else _DEFAULT_GATE
     activation = "silu" if gate == "gpt_oss" else _activation(module)
     return (has_gate, getattr(module, "is_transposed", False), getattr(module, "is_concatenated", True),
             getattr(module, "has_bias", False), activation, gate, alpha, limit)
