@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Shared by scripts/gpu_check.sh and scripts/ep_gpu_check.sh (sourced): time-boxed steps that always leave a summary
-# table at the end of the output, ctest result counts, and the CMake arguments that reach the build dependencies
-# carried to the GPU machine in .deps (scripts/pack_deps.sh). Expects ROOT, OUT and BUDGET_S to be set.
+# Shared by scripts/gpu_check.sh, scripts/ep_gpu_check.sh and scripts/gpu/python_check.sh (sourced): time-boxed steps
+# that always leave a summary table at the end of the output, ctest result counts, and the CMake arguments and library
+# path that reach the build dependencies carried to the GPU machine in .deps (scripts/pack_deps.sh). Expects ROOT, OUT
+# and BUDGET_S to be set.
 
 START=$(date +%s)
 SUMMARY="$OUT/summary.txt"
