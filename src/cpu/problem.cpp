@@ -53,6 +53,7 @@ int resolve_threads(int num_threads) {
 }
 
 void to_f32(const void* src, DType dt, int64_t n, float* dst) {
+    if (n <= 0) return;  // an empty rank passes null pointers, which memcpy must not see
     if (dt == DType::kF32) {
         std::memcpy(dst, src, size_t(n) * 4);
     } else if (dt == DType::kBF16) {
