@@ -28,7 +28,8 @@ constexpr int64_t kHopperL2Bytes = 60LL << 20;  // H200 L2 (60 MB): what weight 
 
 // 0 / -1 / empty: the device's default (DeviceDefaults).
 struct BenchArgs {
-    std::string device = "cpu", dtype = "bf16", json_file;
+    std::string device = "cpu", dtype = "bf16", json_file, quant = "none", block = "128x128", scale_fmt = "float",
+                activation_scheme;
     std::vector<std::string> backends, shapes;
     std::vector<int64_t> tokens;
     int threads = 0, reps = 0, warmup = -1;
@@ -121,6 +122,31 @@ BenchConfig make_config(BenchArgs& a) {
     c.case_seconds = a.case_seconds;
     c.seed = a.seed;
     c.max_weight_bytes = int64_t(a.max_weight_gb * double(1LL << 30));
+    const auto q = quant_format_from_name(a.quant);
+    MOEX_REQUIRE(q.has_value(), ErrorCode::kInvalidArgument,
+                 "unknown --quant `" + a.quant + "`; valid: none, fp8_block, mxfp4, nvfp4");
+    c.quant = *q;
+    if (c.quant != QuantFormat::kNone) {
+        MOEX_REQUIRE(
+            c.device == Device::kCPU, ErrorCode::kUnsupported,
+            "--quant: moex's quantized experts run on the CPU backends only in this build (no CUDA kernel takes "
+            "FP8 / FP4 weights yet)");
+        const auto block = weight_block_from_name(a.block);
+        MOEX_REQUIRE(block.has_value(), ErrorCode::kInvalidArgument,
+                     "--block `" + a.block + "`: expected <rows>x<cols> (e.g. 128x128) or none");
+        c.block = *block;
+        MOEX_REQUIRE(a.scale_fmt == "float" || a.scale_fmt == "ue8m0", ErrorCode::kInvalidArgument,
+                     "--scale-fmt `" + a.scale_fmt + "`; valid: float, ue8m0");
+        c.scale_dtype = a.scale_fmt == "ue8m0" ? DType::kUE8M0 : DType::kF32;
+        const std::string scheme = !a.activation_scheme.empty()   ? a.activation_scheme
+                                   : c.quant == QuantFormat::kFp8 ? "dynamic"
+                                                                  : "none";
+        MOEX_REQUIRE(scheme == "dynamic" || scheme == "none", ErrorCode::kInvalidArgument,
+                     "--activation-scheme `" + scheme +
+                         "`; the bench takes dynamic or none (static scales are a "
+                         "property of a calibrated checkpoint: use a problem file)");
+        c.act = scheme == "dynamic" ? ActivationQuant::kDynamic : ActivationQuant::kNone;
+    }
     return c;
 }
 
@@ -166,7 +192,9 @@ int run_shape(const ShapePlan& plan, const BenchArgs& a, const BenchConfig& conf
                     .device = config.device,
                     .dtype = config.dtype,
                     .threads = config.threads,
-                    .graph = config.graph};
+                    .graph = config.graph,
+                    .weight_bytes = weight_bytes_per_element(config),
+                    .quant = quant_label(config)};
             try {
                 row.result = bench->run(*b, T);
             } catch (const Error& e) {
@@ -241,6 +269,11 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--read-mib", a->read_mib, "CPU: buffer for the bandwidth test (MiB)")->capture_default_str();
     cmd->add_option("--gemm-n", a->gemm_n, "CPU: M = N = K of the dense GEMM test")->capture_default_str();
     cmd->add_option("--seed", a->seed, "Random seed")->capture_default_str();
+    cmd->add_option("--quant", a->quant, "Quantized expert weights: none, fp8_block, mxfp4, nvfp4 (CPU)")
+        ->capture_default_str();
+    cmd->add_option("--block", a->block, "fp8_block weight_block_size <rows>x<cols>, or none")->capture_default_str();
+    cmd->add_option("--scale-fmt", a->scale_fmt, "fp8_block scales: float or ue8m0")->capture_default_str();
+    cmd->add_option("--activation-scheme", a->activation_scheme, "dynamic or none (default: dynamic for fp8_block)");
     cmd->add_flag("--graph", a->graph, "CUDA: time replays of a CUDA graph (8 calls captured, replay ÷ 8)");
     cmd->add_flag("--floor-only", a->floor_only, "Print the floor terms, time nothing");
     cmd->add_flag("--json", a->json, "JSON lines on stdout instead of the text table");

@@ -44,6 +44,26 @@ DeviceTensor random_weights(DType dtype, std::initializer_list<int64_t> shape, u
 
 }  // namespace
 
+double weight_bytes_per_element(const BenchConfig& c) {
+    switch (c.quant) {
+        case QuantFormat::kNone: return double(dtype_size(c.dtype));
+        case QuantFormat::kFp8:
+            return 1.0 + (c.block.n > 0 ? double(dtype_size(c.scale_dtype)) / double(c.block.n * c.block.k) : 0.0);
+        case QuantFormat::kMxfp4: return 0.5 + 1.0 / 32.0;
+        case QuantFormat::kNvfp4: return 0.5 + 1.0 / 16.0;
+    }
+    return 0;
+}
+
+std::string quant_label(const BenchConfig& c) {
+    if (c.quant == QuantFormat::kNone) return "";
+    std::string s(quant_format_name(c.quant));
+    if (c.quant == QuantFormat::kFp8)
+        s += (c.block.n > 0 ? fmt::format(" {}x{}", c.block.n, c.block.k) : std::string(" per-tensor")) +
+             (c.scale_dtype == DType::kUE8M0 ? " ue8m0" : " float");
+    return s + ", activations " + std::string(activation_quant_name(c.act));
+}
+
 uint64_t case_seed(const BenchConfig& c, const shapes::ExpertsShape& shape, int64_t T) {
     return common::mix_seed(common::mix_seed(c.seed, fnv1a(shape.name)), uint64_t(T));
 }
@@ -51,7 +71,7 @@ uint64_t case_seed(const BenchConfig& c, const shapes::ExpertsShape& shape, int6
 ShapePlan plan_shape(const shapes::ExpertsShape& s, const BenchConfig& c) {
     ShapePlan p;
     p.model = s;
-    const int64_t per_expert = 3 * s.H * s.I * dtype_size(c.dtype);
+    const auto per_expert = int64_t(std::ceil(3.0 * double(s.H) * double(s.I) * weight_bytes_per_element(c)));
     p.E = s.E;
     if (per_expert * s.E > c.max_weight_bytes) {
         int64_t e = 1;
@@ -84,8 +104,33 @@ ShapeBench::ShapeBench(const ShapePlan& plan, const BenchConfig& config) : plan_
     const auto& m = plan.model;
     for (int s = 0; s < plan.sets; ++s) {
         const uint64_t seed = common::mix_seed(config.seed, uint64_t(s) * 2 + 1);
-        gate_up_.push_back(random_weights(config.dtype, {plan.E, 2 * m.I, m.H}, seed, config.device, config.threads));
-        down_.push_back(random_weights(config.dtype, {plan.E, m.H, m.I}, seed + 1, config.device, config.threads));
+        if (config.quant == QuantFormat::kNone) {
+            gate_up_.push_back(
+                random_weights(config.dtype, {plan.E, 2 * m.I, m.H}, seed, config.device, config.threads));
+            down_.push_back(random_weights(config.dtype, {plan.E, m.H, m.I}, seed + 1, config.device, config.threads));
+            continue;
+        }
+        // Quantized: bf16 weights of the same distribution, quantized on the host, then placed.
+        ExpertsQuant q;
+        q.format = config.quant, q.activations = config.act;
+        q.block_n = config.block.n, q.block_k = config.block.k;
+        ProjectionQuant* pq[2] = {&q.gate_up, &q.down};
+        const int64_t dims[2][3] = {{plan.E, 2 * m.I, m.H}, {plan.E, m.H, m.I}};
+        for (int w = 0; w < 2; ++w) {
+            Tensor host(DType::kBF16, dims[w], 3);
+            common::fill_random(host.view(), kWeightStd, seed + uint64_t(w), common::Distribution::kUniform,
+                                config.threads);
+            const QuantizedWeights qw =
+                quantize_weights(host.view(), q.format, q.block_n, q.block_k, config.scale_dtype, w == 0 ? 2 : 1);
+            (w == 0 ? gate_up_ : down_).push_back(DeviceTensor::from_host(qw.weights.view(), config.device));
+            scales_.push_back(DeviceTensor::from_host(qw.scale_inv.view(), config.device));
+            pq[w]->scale_inv = scales_.back().view();
+            if (qw.global_scale.view().defined()) {
+                scales_.push_back(DeviceTensor::from_host(qw.global_scale.view(), config.device));
+                pq[w]->global_scale = scales_.back().view();
+            }
+        }
+        quant_.push_back(q);
     }
 }
 
@@ -116,6 +161,7 @@ CaseResult ShapeBench::run(const Backend& backend, int64_t T) {
         p.top_k_weights = routings[size_t(r)].weights.view();
         p.gate_up_proj = gate_up_[size_t(r % plan_.sets)].view();
         p.down_proj = down_[size_t(r % plan_.sets)].view();
+        if (!quant_.empty()) p.quant = quant_[size_t(r % plan_.sets)];
         return p;
     };
 

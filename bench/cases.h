@@ -10,6 +10,7 @@
 #include "common/shapes.h"
 #include "moex/backend.h"
 #include "moex/device.h"
+#include "moex/quant.h"
 
 namespace moex::bench {
 
@@ -24,7 +25,17 @@ struct BenchConfig {
     int64_t max_weight_bytes = 6LL << 30;  // all weight sets of one shape together
     int64_t llc_bytes = 32LL << 20;        // the cache that must not hold a repetition's experts (CPU LLC, GPU L2)
     bool graph = false;                    // CUDA: time replays of a captured CUDA graph
+    // Quantized experts: the weight sets are quantized once (moex/quant.h's quantizer), activations per `act`.
+    QuantFormat quant = QuantFormat::kNone;
+    WeightBlock block{128, 128};      // fp8
+    DType scale_dtype = DType::kF32;  // fp8: f32 | ue8m0
+    ActivationQuant act = ActivationQuant::kDynamic;
 };
+
+// Bytes per expert-weight element as stored: the dtype, or the FP8 / FP4 codes plus their scales.
+double weight_bytes_per_element(const BenchConfig& config);
+// "fp8_block 128x128 float, activations dynamic"; empty for unquantized configs.
+std::string quant_label(const BenchConfig& config);
 
 struct ShapePlan {
     shapes::ExpertsShape model;  // the model's own sizes
@@ -77,6 +88,8 @@ class ShapeBench : public CaseRunner {
     BenchConfig config_;
     std::vector<DeviceTensor> gate_up_;  // per set: (E, 2I, H)
     std::vector<DeviceTensor> down_;     // per set: (E, H, I)
+    std::vector<ExpertsQuant> quant_;    // per set, quantized configs: the scales (in scales_)
+    std::vector<DeviceTensor> scales_;
 };
 
 }  // namespace moex::bench

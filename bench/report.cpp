@@ -39,6 +39,8 @@ Json result_json(const Row& r, const Derived& d) {
               {"backend", r.backend},
               {"graph", r.graph},
               {"dtype", std::string(dtype_name(r.dtype))},
+              {"quant", r.quant.empty() ? std::string("none") : r.quant},
+              {"weight_bytes", r.weight_bytes},
               {"threads", r.threads},
               {"us", r.result.median_us},
               {"reps", r.result.reps},
@@ -73,8 +75,9 @@ Derived derive(const Row& row, const MachineFloor& floor) {
     const auto& m = row.plan->model;
     const double esize = double(dtype_size(row.dtype));
     d.gflop = 6.0 * double(row.T) * double(m.k) * double(m.H) * double(m.I) * 1e-9;
-    d.gbytes =
-        esize * (3.0 * double(m.H) * double(m.I) * row.result.e_touched + 2.0 * double(row.T) * double(m.H)) * 1e-9;
+    d.gbytes = (row.weight_bytes * 3.0 * double(m.H) * double(m.I) * row.result.e_touched +
+                esize * 2.0 * double(row.T) * double(m.H)) *
+               1e-9;
     if (floor.gemm_gflops > 0 && floor.read_gbps > 0)
         d.floor_us = std::max(d.gflop / floor.gemm_gflops, d.gbytes / floor.read_gbps) * 1e6;
     const double us = row.result.median_us;
@@ -84,14 +87,16 @@ Derived derive(const Row& row, const MachineFloor& floor) {
         d.x_floor = d.floor_us > 0 ? us / d.floor_us : 0;
     }
     const bool full = row.plan->E == m.E;
-    if (row.device == Device::kCPU && m.name == kLlamaShape && full)
+    const bool plain = row.quant.empty();  // the anchors and baselines are of unquantized experts
+    if (row.device == Device::kCPU && m.name == kLlamaShape && full && plain)
         for (const auto& a : kLlamaQwen3)
             if (a.T == row.T) {
                 const bool f32 = row.dtype == DType::kF32;
                 d.llama_layer_us = 3.0 * (f32 ? a.f32_weights_us : a.f16_weights_us);
                 d.llama_weights = f32 ? "f32" : "f16";
             }
-    if (row.device == Device::kCUDA && row.dtype == DType::kBF16 && full && us > 0) d.hf = hf_best(m.name, row.T);
+    if (row.device == Device::kCUDA && row.dtype == DType::kBF16 && full && plain && us > 0)
+        d.hf = hf_best(m.name, row.T);
     return d;
 }
 
@@ -147,8 +152,13 @@ void Reporter::text_header(const CpuInfo& cpu, const MachineFloor& f, const Benc
     line(fmt::format("moex bench: {}", cmd));
     line(fmt::format("host: {} | {} hardware threads, {} used | LLC {} MiB ({}) | {}", cpu.model, cpu.hardware_threads,
                      c.threads, cpu.llc_bytes >> 20, cpu.llc_source, cpu.isa));
-    line(fmt::format("device: {}{} | {} | weights rotated past a {} MiB cache", device_name(c.device),
-                     c.graph ? " (CUDA-graph replay)" : "", dtype_name(c.dtype), c.llc_bytes >> 20));
+    line(fmt::format("device: {}{} | {}{} | weights rotated past a {} MiB cache", device_name(c.device),
+                     c.graph ? " (CUDA-graph replay)" : "", dtype_name(c.dtype),
+                     c.quant == QuantFormat::kNone
+                         ? ""
+                         : " activations, weights " + quant_label(c) +
+                               fmt::format(" ({:.3f} bytes per weight)", weight_bytes_per_element(c)),
+                     c.llc_bytes >> 20));
     line("floor terms:");
     if (f.read_buffer_bytes > 0)
         line(
@@ -173,7 +183,8 @@ void Reporter::note(const std::string& text) {
 void Reporter::table_start(Device device) {
     if (!text_) return;
     line("columns: µs = median time of one experts call (fresh uniform routing per repetition, weights not in cache);");
-    line("  FLOPs = 6·T·k·H·I;  bytes = dtype·(3·H·I·E_touched + 2·T·H), E_touched counted from the routing;");
+    line("  FLOPs = 6·T·k·H·I;  bytes = w·3·H·I·E_touched + dtype·2·T·H, E_touched counted from the routing, w the");
+    line("  bytes of one expert weight as stored (the dtype, or FP8 / FP4 codes plus their scales);");
     if (device == Device::kCPU) {
         line("  ×floor = t / floor;  ×llama = t / (3 × ggml MUL_MAT_ID per-projection µs, RESULTS.md): ggml used f32");
         line(

@@ -29,13 +29,15 @@ struct Row {
     Device device = Device::kCPU;
     DType dtype = DType::kBF16;
     int threads = 1;
-    bool graph = false;  // CUDA-graph replay
+    bool graph = false;       // CUDA-graph replay
+    double weight_bytes = 2;  // per expert-weight element (weight_bytes_per_element): dtype or FP8/FP4 + scales
+    std::string quant;        // "" or the quantized format, e.g. "fp8_block 128x128 float, act dynamic"
     CaseResult result;
     std::string error;  // the run threw moex::Error
 };
 
 struct Derived {
-    double gflop = 0, gbytes = 0;          // 6·T·k·H·I; dtype·(3·H·I·E_touched + 2·T·H)
+    double gflop = 0, gbytes = 0;          // 6·T·k·H·I; w·3·H·I·E_touched + dtype·2·T·H
     double gflops = 0, gbps = 0;           // per second at the median
     double floor_us = 0, x_floor = 0;      // max(FLOPs / GEMM rate, bytes / bandwidth); median ÷ floor (0: no floor)
     std::optional<double> llama_layer_us;  // 3 × the per-projection anchor, when the case matches one

@@ -78,11 +78,14 @@ struct Tolerance {
     double atol, rtol;
 };
 Tolerance tolerance_for(DType dtype);
+// The tolerance of a problem: its dtype's, widened where activations are quantized (see test_support.cpp).
+Tolerance tolerance_for(const ExpertsProblem& p);
 
 // Compares a host (T, H) output to the reference with tolerance_for(got.dtype). rows, when given, selects the
 // rows to check (rows[t] != 0). The failure message names max abs/rel error, the count and the first bad index.
 ::testing::AssertionResult outputs_close(const TensorView& got, const std::vector<double>& ref,
-                                         const std::vector<char>& rows = {});
+                                         const std::vector<char>& rows = {},
+                                         std::optional<Tolerance> tolerance = std::nullopt);
 
 bool bitwise_equal(const Tensor& a, const Tensor& b);
 

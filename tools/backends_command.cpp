@@ -27,6 +27,13 @@ std::string join_dtypes(const std::vector<DType>& v) {
     return s;
 }
 
+// "fp8_block, mxfp4, nvfp4" or "none".
+std::string join_quant(const std::vector<QuantFormat>& v) {
+    std::string s;
+    for (QuantFormat f : v) s += (s.empty() ? "" : ", ") + std::string(quant_format_name(f));
+    return s.empty() ? "none" : s;
+}
+
 nlohmann::ordered_json to_json(const Backend& b) {
     nlohmann::ordered_json devices = nlohmann::ordered_json::array(), dtypes = nlohmann::ordered_json::array(),
                            here = nlohmann::ordered_json::object();
@@ -34,10 +41,13 @@ nlohmann::ordered_json to_json(const Backend& b) {
     for (DType t : b.dtypes()) dtypes.push_back(std::string(dtype_name(t)));
     for (Device d : kDevices) {
         const auto why = b.unavailable(d);
+        nlohmann::ordered_json quant = nlohmann::ordered_json::array();
+        for (QuantFormat f : b.quant_formats(d)) quant.push_back(std::string(quant_format_name(f)));
         here[std::string(device_name(d))] = {
             {"available", !why.has_value()},
             {"reason", why ? nlohmann::ordered_json(*why) : nlohmann::ordered_json(nullptr)},
-            {"host_synchronizes", b.host_synchronizes(d)}};
+            {"host_synchronizes", b.host_synchronizes(d)},
+            {"quantized_weights", quant}};
     }
     return {{"name", std::string(b.name())},
             {"description", std::string(b.description())},
@@ -56,8 +66,9 @@ void print_text(const Backend& b) {
         if (d == Device::kCUDA && std::find(devs.begin(), devs.end(), d) != devs.end())
             sync = b.host_synchronizes(d) ? "; synchronises the host (not CUDA-graph capturable)"
                                           : "; never synchronises the host";
-        text += fmt::format("    {:<5} {}{}\n", std::string(device_name(d)) + ":",
-                            why ? "unavailable: " + *why : std::string("available here"), sync);
+        const std::string quant = why ? "" : "; quantized weights: " + join_quant(b.quant_formats(d));
+        text += fmt::format("    {:<5} {}{}{}\n", std::string(device_name(d)) + ":",
+                            why ? "unavailable: " + *why : std::string("available here"), sync, quant);
     }
     std::fputs(text.c_str(), stdout);
 }

@@ -1,8 +1,11 @@
 // `moex experts make-problem --shape NAME --tokens T --out P.safetensors [...]`: writes an example problem file with
 // a model's expert sizes from common/shapes.h, random data (weights N(0, 0.02), hidden states N(0, 1)), uniform
-// top-k routing without duplicates and softmax-normalised weights, in any layout the contract allows.
+// top-k routing without duplicates and softmax-normalised weights, in any layout the contract allows, optionally
+// quantized (--quant fp8_block | mxfp4 | nvfp4).
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 
@@ -10,6 +13,7 @@
 #include "common/shapes.h"
 #include "moex/error.h"
 #include "moex/problem_file.h"
+#include "moex/quant.h"
 #include "tools/cli.h"
 
 namespace moex::cli {
@@ -22,7 +26,7 @@ using common::random_routing;
 
 struct MakeArgs {
     std::string shape, dtype = "bf16", out, activation = "silu", gate = "default", index_dtype = "i64",
-                       weights_dtype = "f32";
+                       weights_dtype = "f32", quant = "none", block = "128x128", scale_fmt = "float", activation_scheme;
     int64_t tokens = -1, experts = 0, divide = 1;
     uint64_t seed = 0;
     bool transposed = false, interleaved = false, ungated = false, bias = false;
@@ -42,6 +46,59 @@ Tensor random_tensor(DType dtype, std::initializer_list<int64_t> shape, double s
     Tensor t(dtype, shape);
     fill_random(t.view(), std, seed, Distribution::kNormal);
     return t;
+}
+
+// Replaces p's weights by their quantization (moex/quant.h's quantizer); static activation scales are amax(x) / 448
+// for every expert's up projection and 8 / 448 for the down one (the gated hidden values of N(0, 0.02) weights
+// stay far below 8).
+void quantize(const MakeArgs& a, ExpertsProblem& p, QuantizedWeights& up, QuantizedWeights& down, Tensor& up_act,
+              Tensor& down_act) {
+    ExpertsQuant& q = p.quant;
+    const auto f = quant_format_from_name(a.quant);
+    MOEX_REQUIRE(f.has_value(), ErrorCode::kInvalidArgument,
+                 "unknown --quant `" + a.quant + "`; valid: none, fp8_block, mxfp4, nvfp4");
+    q.format = *f;
+    MOEX_REQUIRE(!p.is_transposed, ErrorCode::kInvalidArgument,
+                 "--quant needs (E, N, K) weights as transformers' FP8Experts holds them; drop --transposed");
+    DType scale_dtype = DType::kF32;
+    if (q.format == QuantFormat::kFp8) {
+        const auto block = weight_block_from_name(a.block);
+        MOEX_REQUIRE(block.has_value(), ErrorCode::kInvalidArgument,
+                     "--block `" + a.block + "`: expected <rows>x<cols> (e.g. 128x128) or none (per-tensor)");
+        q.block_n = block->n, q.block_k = block->k;
+        MOEX_REQUIRE(a.scale_fmt == "float" || a.scale_fmt == "ue8m0", ErrorCode::kInvalidArgument,
+                     "--scale-fmt `" + a.scale_fmt + "`; valid: float, ue8m0");
+        scale_dtype = a.scale_fmt == "ue8m0" ? DType::kUE8M0 : DType::kF32;
+    }
+    const std::string scheme =
+        a.activation_scheme.empty() ? (q.format == QuantFormat::kFp8 ? "dynamic" : "none") : a.activation_scheme;
+    const auto act = activation_quant_from_name(scheme);
+    MOEX_REQUIRE(act.has_value(), ErrorCode::kInvalidArgument,
+                 "unknown --activation-scheme `" + scheme + "`; valid: none, dynamic, static");
+    q.activations = *act;
+    up = quantize_weights(p.gate_up_proj, q.format, q.block_n, q.block_k, scale_dtype, p.has_gate ? 2 : 1);
+    down = quantize_weights(p.down_proj, q.format, q.block_n, q.block_k, scale_dtype);
+    p.gate_up_proj = up.weights.view(), p.down_proj = down.weights.view();
+    q.gate_up.scale_inv = up.scale_inv.view(), q.down.scale_inv = down.scale_inv.view();
+    if (q.format == QuantFormat::kNvfp4)
+        q.gate_up.global_scale = up.global_scale.view(), q.down.global_scale = down.global_scale.view();
+    if (q.activations == ActivationQuant::kStatic) {
+        const int64_t E = p.E(), n = p.hidden_states.numel();
+        const TensorView& x = p.hidden_states;
+        float amax = 0.0f;
+        for (int64_t i = 0; i < n; ++i) {
+            const float v = x.dtype == DType::kF32    ? x.ptr<const float>()[i]
+                            : x.dtype == DType::kBF16 ? bf16_to_f32(x.ptr<const uint16_t>()[i])
+                                                      : f16_to_f32(x.ptr<const uint16_t>()[i]);
+            amax = std::max(amax, std::fabs(v));
+        }
+        up_act = Tensor(DType::kF32, {E}), down_act = Tensor(DType::kF32, {E});
+        for (int64_t e = 0; e < E; ++e) {
+            static_cast<float*>(up_act.data())[e] = amax > 0.0f ? amax / 448.0f : 1.0f;
+            static_cast<float*>(down_act.data())[e] = 8.0f / 448.0f;
+        }
+        q.gate_up.activation_scale = up_act.view(), q.down.activation_scale = down_act.view();
+    }
 }
 
 void make(const MakeArgs& a) {
@@ -97,10 +154,24 @@ void make(const MakeArgs& a) {
     p.is_concatenated = !a.interleaved;
     p.activation = *act;
     p.gate = *gate;
+    QuantizedWeights qup, qdown;
+    Tensor up_act, down_act;
+    double stored_gb = gb;
+    if (a.quant != "none") {
+        quantize(a, p, qup, qdown, up_act, down_act);
+        stored_gb = double(p.gate_up_proj.nbytes() + p.down_proj.nbytes() + p.quant.gate_up.scale_inv.nbytes() +
+                           p.quant.down.scale_inv.nbytes()) *
+                    1e-9;
+    }
     save_problem_file(a.out, p);
     fmt::print("wrote {}: {} T={} H={} I={} E={} k={} {}{}{}{}{}, {:.2f} GB of weights\n", a.out, s.name, T, H, I, E,
                s.k, dtype_name(dt), a.transposed ? ", transposed" : "", a.interleaved ? ", interleaved" : "",
-               a.ungated ? ", ungated" : "", a.bias ? ", biases" : "", gb);
+               a.ungated ? ", ungated" : "", a.bias ? ", biases" : "", stored_gb);
+    if (p.quant.enabled())
+        fmt::print(
+            "weights quantized: {} ({}), activation_scheme {}\n", quant_format_name(p.quant.format),
+            p.quant.format == QuantFormat::kFp8 ? "block " + a.block + ", scale_fmt " + a.scale_fmt : "fixed groups",
+            activation_quant_name(p.quant.activations));
 }
 
 }  // namespace
@@ -125,6 +196,12 @@ void add_make_problem_command(CLI::App& experts) {
     cmd->add_option("--index-dtype", a->index_dtype, "top_k_index dtype: i32, i64")->capture_default_str();
     cmd->add_option("--weights-dtype", a->weights_dtype, "top_k_weights dtype: f32 or same")->capture_default_str();
     cmd->add_option("--max-gb", a->max_gb, "Refuse to write more weights than this")->capture_default_str();
+    cmd->add_option("--quant", a->quant, "Quantize the weights: none, fp8_block, mxfp4, nvfp4")->capture_default_str();
+    cmd->add_option("--block", a->block, "fp8_block: weight_block_size as <rows>x<cols>, or none (per-tensor)")
+        ->capture_default_str();
+    cmd->add_option("--scale-fmt", a->scale_fmt, "fp8_block scales: float (f32) or ue8m0")->capture_default_str();
+    cmd->add_option("--activation-scheme", a->activation_scheme,
+                    "none, dynamic or static (default: dynamic for fp8_block, none for FP4)");
     cmd->add_option("--out", a->out, "Output problem file (.safetensors)")->required();
     cmd->callback([a] { make(*a); });
 }

@@ -25,6 +25,9 @@ class Backend {
     // Devices and activation dtypes the backend is written for (what `moex backends` prints).
     virtual std::vector<Device> devices() const = 0;
     virtual std::vector<DType> dtypes() const { return {DType::kBF16, DType::kF16, DType::kF32}; }
+    // Quantized weight formats (moex/quant.h) it takes on `device`; none by default, so a backend written for
+    // weights in the activation dtype is never handed FP8 or FP4 codes.
+    virtual std::vector<QuantFormat> quant_formats(Device) const { return {}; }
     // Why this backend cannot run on `device` in this build and on this machine; nullopt = it can.
     virtual std::optional<std::string> unavailable(Device device) const;
     // Why this backend cannot run `problem`; nullopt = it can. Never throws for a valid problem.

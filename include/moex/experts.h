@@ -1,7 +1,8 @@
 // ExpertsProblem: one experts call of the Hugging Face contract,
 //   out[t] = sum_j w[t,j] * f_{e(t,j)}(x[t]),  f_e(x) = down_e(gate(gate_up_e x + b_gu)) + b_d,
 // with every layout variant of the reference (stacked or interleaved gate/up, transposed weights, biases,
-// custom gates, ungated experts). Ids outside [0, E) contribute exactly zero and are never used as an index.
+// custom gates, ungated experts), in the activation dtype or quantized (FP8 blocks, MXFP4, NVFP4; moex/quant.h). Ids
+// outside [0, E) contribute exactly zero and are never used as an index.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <string_view>
 
 #include "moex/activation.h"
+#include "moex/quant.h"
 #include "moex/tensor.h"
 
 namespace moex {
@@ -31,6 +33,8 @@ struct ExpertsProblem {
     GateKind gate = GateKind::kDefault;
     float swiglu_alpha = 1.702f;  // kGptOss: out = (clamp(up,-l,l) + 1) * g * sigmoid(alpha g), g = min(gate, l)
     float swiglu_limit = 7.0f;
+    // Quantized weights (moex/quant.h): gate_up_proj / down_proj hold e4m3 or packed e2m1 codes, quant the scales.
+    ExpertsQuant quant;
 
     int64_t T() const { return hidden_states.shape[0]; }
     int64_t H() const { return hidden_states.shape[1]; }

@@ -1,6 +1,8 @@
 // Problem files: one experts call stored as safetensors (the input of `moex experts run --problem P.safetensors`).
 // Tensors hidden_states, top_k_index, top_k_weights, gate_up_proj | up_proj, down_proj, optional biases and `out`;
-// string metadata activation, is_transposed, is_concatenated, has_gate, gate, swiglu_alpha, swiglu_limit.
+// string metadata activation, is_transposed, is_concatenated, has_gate, gate, swiglu_alpha, swiglu_limit; quantized
+// problems add metadata quant (fp8_block | mxfp4 | nvfp4), block (128x128 | none), scale_fmt, activation_scheme and
+// the tensors {proj}_scale_inv, {proj}_global_scale (nvfp4), {proj}_activation_scale (static).
 #pragma once
 
 #include <map>

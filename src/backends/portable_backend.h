@@ -29,6 +29,11 @@ class PortableBackend final : public Backend {
         return device == Device::kCUDA ? cuda_unavailable() : std::nullopt;
     }
     bool host_synchronizes(Device device) const override { return device == Device::kCUDA && cuda_syncs_; }
+    // The CPU kernels dequantize FP8 and FP4 panels inside the GEMM; the CUDA pipelines take no quantized weights yet.
+    std::vector<QuantFormat> quant_formats(Device device) const override {
+        if (device == Device::kCUDA) return {};
+        return {QuantFormat::kFp8, QuantFormat::kMxfp4, QuantFormat::kNvfp4};
+    }
     void run(const ExpertsProblem& p, const TensorView& out, const RunOptions& options) const override {
         check_runnable(p, out);
         if (p.T() == 0) return;

@@ -92,6 +92,13 @@ std::optional<std::string> Backend::why_not(const ExpertsProblem& problem) const
     const auto types = dtypes();
     if (std::find(types.begin(), types.end(), problem.dtype()) == types.end())
         return std::string(name()) + " does not support " + std::string(dtype_name(problem.dtype())) + " activations";
+    if (problem.quant.enabled()) {
+        const auto formats = quant_formats(problem.device());
+        if (std::find(formats.begin(), formats.end(), problem.quant.format) == formats.end())
+            return std::string(name()) + " does not take quantized (" +
+                   std::string(quant_format_name(problem.quant.format)) + ") experts on " +
+                   std::string(device_name(problem.device())) + "; dequantize them or pick a backend that does";
+    }
     return std::nullopt;
 }
 

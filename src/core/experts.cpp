@@ -34,6 +34,14 @@ void require_dtype(const TensorView& t, const char* name, DType want) {
             std::string(dtype_name(want)) + " (the dtype of hidden_states)");
 }
 
+// Unquantized weights are in the activation dtype; an 8-bit one hints at the quant description it lacks.
+void require_weight_dtype(const TensorView& t, const char* name, DType want) {
+    if (t.dtype == DType::kFP8E4M3 || t.dtype == DType::kU8)
+        bad(std::string(name) + " has dtype " + std::string(dtype_name(t.dtype)) +
+            " but the problem is not quantized: give its quant format (fp8_block | mxfp4 | nvfp4) and scales");
+    require_dtype(t, name, want);
+}
+
 void require_same_device(const TensorView& t, const char* name, const TensorView& ref) {
     if (t.device != ref.device || t.device_index != ref.device_index)
         bad(std::string(name) + " is on " + std::string(device_name(t.device)) + ":" + std::to_string(t.device_index) +
@@ -47,6 +55,8 @@ void require_contiguous(const TensorView& t, const char* name) {
 }
 
 }  // namespace
+
+void validate_quantized(const ExpertsProblem& p);  // src/core/quant.cpp
 
 std::string_view activation_name(Activation a) {
     switch (a) {
@@ -76,7 +86,8 @@ std::optional<GateKind> gate_kind_from_name(std::string_view n) {
 
 int64_t ExpertsProblem::I() const {
     if (!down_proj.defined() || down_proj.ndim != 3) return 0;
-    return is_transposed ? down_proj.shape[1] : down_proj.shape[2];
+    if (is_transposed) return down_proj.shape[1];
+    return quant.fp4() ? 2 * down_proj.shape[2] : down_proj.shape[2];  // FP4: two codes per byte along K
 }
 
 void ExpertsProblem::validate() const {
@@ -102,19 +113,23 @@ void ExpertsProblem::validate() const {
     const char* up_name = has_gate ? "gate_up_proj" : "up_proj";
     require_rank(gate_up_proj, up_name, 3);
     require_rank(down_proj, "down_proj", 3);
-    require_dtype(gate_up_proj, up_name, hidden_states.dtype);
-    require_dtype(down_proj, "down_proj", hidden_states.dtype);
     const int64_t e = E(), i = I();
     if (e < 1) bad(std::string(up_name) + " holds no experts (E = 0)");
     if (i < 1) bad("down_proj has intermediate size 0");
     const int64_t n = has_gate ? 2 * i : i;
-    if (is_transposed) {
-        require_shape(gate_up_proj, up_name, {e, h, n},
-                      has_gate ? "(E, H, 2I) (transposed)" : "(E, H, I) (transposed)");
-        require_shape(down_proj, "down_proj", {e, i, h}, "(E, I, H) (transposed)");
+    if (quant.enabled()) {
+        validate_quantized(*this);  // weights' dtypes and shapes, scales, block divisibility (src/core/quant.cpp)
     } else {
-        require_shape(gate_up_proj, up_name, {e, n, h}, has_gate ? "(E, 2I, H)" : "(E, I, H)");
-        require_shape(down_proj, "down_proj", {e, h, i}, "(E, H, I)");
+        require_weight_dtype(gate_up_proj, up_name, hidden_states.dtype);
+        require_weight_dtype(down_proj, "down_proj", hidden_states.dtype);
+        if (is_transposed) {
+            require_shape(gate_up_proj, up_name, {e, h, n},
+                          has_gate ? "(E, H, 2I) (transposed)" : "(E, H, I) (transposed)");
+            require_shape(down_proj, "down_proj", {e, i, h}, "(E, I, H) (transposed)");
+        } else {
+            require_shape(gate_up_proj, up_name, {e, n, h}, has_gate ? "(E, 2I, H)" : "(E, I, H)");
+            require_shape(down_proj, "down_proj", {e, h, i}, "(E, H, I)");
+        }
     }
     if (gate_up_bias.defined()) {
         require_rank(gate_up_bias, has_gate ? "gate_up_proj_bias" : "up_proj_bias", 2);

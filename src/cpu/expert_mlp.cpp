@@ -49,10 +49,10 @@ const float** row_pointers(int64_t m) {
     return ptrs.data();
 }
 
-void up_task(const CpuProblem& cp, const Routing& r, const Task& t, const float* x, float* h) {
+void up_task(const CpuProblem& cp, const Routing& r, const Task& t, const UpInput& in, float* h) {
     const int64_t m = t.r1 - t.r0, ni = t.c1 - t.c0, e = r.expert[size_t(t.g)];
     const float** a = row_pointers(m);
-    for (int64_t i = 0; i < m; ++i) a[i] = x + int64_t(r.token[size_t(t.r0 + i)]) * cp.H;
+    for (int64_t i = 0; i < m; ++i) a[i] = in.x + (in.by_row ? t.r0 + i : int64_t(r.token[size_t(t.r0 + i)])) * cp.H;
     const int64_t width = up_task_width(cp, ni);
     float* tile = thread_scratch(1, m * width);  // (m, width): see gate.h for the column order
     const WeightMat w = cp.up(e);
@@ -87,9 +87,9 @@ void down_task(const CpuProblem& cp, const Routing& r, const Task& t, const floa
 
 }  // namespace
 
-void run_up(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, const float* x, float* h, int threads) {
+void run_up(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, const UpInput& in, float* h, int threads) {
     const std::vector<Task> tasks = make_tasks(cp, r, g0, g1, true);
-    parallel_for(int64_t(tasks.size()), threads, [&](int64_t i) { up_task(cp, r, tasks[size_t(i)], x, h); });
+    parallel_for(int64_t(tasks.size()), threads, [&](int64_t i) { up_task(cp, r, tasks[size_t(i)], in, h); });
 }
 
 void run_down(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, const float* h, float* y, int threads) {

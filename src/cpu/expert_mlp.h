@@ -9,8 +9,14 @@
 
 namespace moex::cpu {
 
-// h[row] = round(gate(x[token[row]] · up_eᵀ + b_up)) for the rows of groups [g0, g1); x is (chunk_T, H) f32.
-void run_up(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, const float* x, float* h, int threads);
+// The up projection's input: x (chunk_T, H) f32 read by token, or (by_row) one row per routed row (static scales).
+struct UpInput {
+    const float* x;
+    bool by_row;
+};
+
+// h[row] = round(gate(x[token[row]] · up_eᵀ + b_up)) for the rows of groups [g0, g1).
+void run_up(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, const UpInput& in, float* h, int threads);
 // y[row] = h[row] · down_eᵀ + b_down for the rows of groups [g0, g1).
 void run_down(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, const float* h, float* y, int threads);
 

@@ -3,6 +3,7 @@
 // experts at once with the packed GEMM for large groups.
 #include "src/cpu/experts_cpu.h"
 
+#include "src/cpu/act_quant.h"
 #include "src/cpu/combine.h"
 #include "src/cpu/config.h"
 #include "src/cpu/expert_mlp.h"
@@ -15,7 +16,7 @@ enum class Schedule { kEager, kBatched, kGrouped };
 // Scratch of the calling thread, kept between calls: a pass needs up to 512 MiB (config.h token_chunk), and
 // first-touch page faults on a fresh buffer would cost ~5% of a prefill call.
 struct Workspace {
-    FloatBuffer x, h, y;
+    FloatBuffer x, xq, h, y;
 };
 
 void run(const ExpertsProblem& p, const TensorView& out, int num_threads, Schedule schedule) {
@@ -29,16 +30,21 @@ void run(const ExpertsProblem& p, const TensorView& out, int num_threads, Schedu
         const Routing r = schedule == Schedule::kBatched
                               ? route_by_slot(cp, t0, t1, batched_group_rows(cp.p->is_transposed))
                               : route_by_expert(cp, t0, t1);
+        // Quantized activations: the up projection reads x rounded per token (dynamic) or per routed row (static).
+        UpInput in{x, false};
+        if (cp.act_quant == ActivationQuant::kDynamic) in.x = quantize_tokens(cp, x, t1 - t0, ws.xq, threads);
+        if (cp.act_quant == ActivationQuant::kStatic) in = {quantize_routed_rows(cp, r, x, ws.xq, threads), true};
         float* h = ws.h.get(r.rows() * cp.I);  // (rows, I)
         float* y = ws.y.get(r.rows() * cp.H);  // (rows, H)
+        auto pass = [&](int64_t g0, int64_t g1) {
+            run_up(cp, r, g0, g1, in, h, threads);
+            if (cp.act_quant != ActivationQuant::kNone) quantize_hidden(cp, r, g0, g1, h, threads);
+            run_down(cp, r, g0, g1, h, y, threads);
+        };
         if (schedule == Schedule::kEager) {
-            for (int64_t g = 0; g < r.groups(); ++g) {
-                run_up(cp, r, g, g + 1, x, h, threads);
-                run_down(cp, r, g, g + 1, h, y, threads);
-            }
+            for (int64_t g = 0; g < r.groups(); ++g) pass(g, g + 1);
         } else {
-            run_up(cp, r, 0, r.groups(), x, h, threads);
-            run_down(cp, r, 0, r.groups(), h, y, threads);
+            pass(0, r.groups());
         }
         combine(cp, r, t0, t1, y, out.data, threads);
     }

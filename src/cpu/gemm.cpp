@@ -40,10 +40,16 @@ class NextBlock {
 void gemm_packed(const KernelTable& kt, const float* const* a, int64_t m, const WeightMat& b, int64_t n, int64_t kcb,
                  float* c, int64_t ldc) {
     float* pack = thread_scratch(0, kcb * ((n + kNr - 1) / kNr) * kNr);
+    float* rows = b.quantized() ? thread_scratch(5, n * kcb) : nullptr;  // quantized: (n, kc) f32 before packing
     const int64_t calls = ((m + kMr - 1) / kMr) * ((n + kNr - 1) / kNr);
     for (int64_t k0 = 0; k0 < b.K; k0 += kcb) {
         const int64_t kc = b.K - k0 < kcb ? b.K - k0 : kcb;
-        kt.pack_b(b, n, k0, kc, pack);
+        if (rows) {
+            kt.dequant(b, n, k0, kc, rows, kc);
+            kt.pack_b(WeightMat{rows, DType::kF32, false, kc, kc}, n, 0, kc, pack);
+        } else {
+            kt.pack_b(b, n, k0, kc, pack);
+        }
         const int64_t k1 = k0 + kc;
         NextBlock next(b, n, k1, b.K - k1 < kcb ? b.K - k1 : kcb, calls);
         for (int64_t r = 0; r < m; r += kMr) {
@@ -79,12 +85,28 @@ void gemm_direct(const KernelTable& kt, const float* const* a, int64_t m, const 
     }
 }
 
+// Quantized B at small m: blocks of whole rows dequantized into an f32 buffer that stays in L2, then streamed by the
+// f32 kernel; each output is exactly what the f32 kernel gives for the dequantized weights, whatever the block.
+void stream_quantized(const KernelTable& kt, const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c,
+                      int64_t ldc) {
+    int64_t rows = kDequantBlockBytes / (b.K * 4);
+    rows = rows >= 8 ? rows / 8 * 8 : rows < 1 ? 1 : rows;
+    rows = rows < n ? rows : n;
+    float* buf = thread_scratch(4, rows * b.K);
+    for (int64_t j = 0; j < n; j += rows) {
+        const int64_t nb = n - j < rows ? n - j : rows;
+        kt.dequant(b.from_row(j), nb, 0, b.K, buf, b.K);
+        kt.stream(a, m, WeightMat{buf, DType::kF32, false, b.K, b.K}, nb, c + j, ldc);
+    }
+}
+
 }  // namespace
 
 void gemm_rows(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc) {
     const KernelTable& kt = kernels();
     const GemmPath path = choose_path(m, b.transposed);
-    if (path == GemmPath::kStream) return kt.stream(a, m, b, n, c, ldc);
+    if (path == GemmPath::kStream)
+        return b.quantized() ? stream_quantized(kt, a, m, b, n, c, ldc) : kt.stream(a, m, b, n, c, ldc);
     const PackBlock blk = pack_block(b.transposed);
     if (path == GemmPath::kDirect) return gemm_direct(kt, a, m, b, n, blk.kc, c, ldc);
     for (int64_t n0 = 0; n0 < n; n0 += blk.nc)

@@ -27,6 +27,9 @@ struct KernelTable {
     // b.data[(k0 + kk) * ld + c] for a WeightMat already offset to the tile's first column. Same float order.
     void (*micro_direct)(const float* const* a, int mr, int64_t k0, const WeightMat& b, int64_t kc, float* c,
                          int64_t ldc, int nr, bool acc);
+    // Quantized B (rows layout) as f32: dst[r*ldd + kk] = B(r, k0 + kk) for r < n, kk < kc (k0 even for FP4).
+    // Each element is code * (scale * global) rounded once, the same bits in every table.
+    void (*dequant)(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, float* dst, int64_t ldd);
     // Element-wise gate of one row: h[i] = round(f(g[i], u[i])) for i < n (gate.h says which f).
     void (*gate_row)(const GateOp& op, const float* g, const float* u, int64_t n, float* h);
 };

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "src/cpu/dequant.h"
 #include "src/cpu/gate.h"
 #include "src/cpu/kernels.h"
 
@@ -66,8 +67,13 @@ void micro_direct_scalar(const float* const* a, int mr, int64_t k0, const Weight
         }
 }
 
-const KernelTable kScalarTable{"scalar",     stream_scalar,       pack_b_scalar,
-                               micro_scalar, micro_direct_scalar, gate_row_scalar};
+void dequant_scalar(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, float* dst, int64_t ldd) {
+    for (int64_t r = 0; r < n; ++r)
+        for (int64_t kk = 0; kk < kc; ++kk) dst[r * ldd + kk] = quant_elem(b, r, k0 + kk);
+}
+
+const KernelTable kScalarTable{"scalar",       stream_scalar,  pack_b_scalar, micro_scalar, micro_direct_scalar,
+                               dequant_scalar, gate_row_scalar};
 
 }  // namespace
 

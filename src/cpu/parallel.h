@@ -36,7 +36,8 @@ class FloatBuffer {
     int64_t size_ = 0;
 };
 
-// Per-thread scratch: `slot` 0..3 are independent buffers (0 B panels, 1 up tile, 2-3 gate epilogue).
+// Per-thread scratch: `slot` 0..5 are independent buffers (0 B panels, 1 up tile, 2-3 gate epilogue, 4-5 dequantized
+// weights of quantized experts).
 float* thread_scratch(int slot, int64_t n);
 
 }  // namespace moex::cpu

@@ -8,20 +8,35 @@
 
 namespace moex::cpu {
 
+// The scales of a quantized WeightMat (rows layout only): element (n, k) = code(n, k) * s(n, k) * global, with
+// s(n, k) = scale[((row0 + n) / bn) * ld + k / bk] in scale_dtype (f32 | ue8m0 | e4m3). Per-tensor: bn = bk = huge.
+struct WeightQuant {
+    QuantFormat format = QuantFormat::kNone;  // kFp8: one e4m3 byte per element; FP4: two e2m1 codes per byte
+    const void* scale = nullptr;
+    DType scale_dtype = DType::kF32;
+    int64_t ld = 0, bn = 1, bk = 1;
+    int64_t row0 = 0;  // logical row of the matrix's first row within the expert (from_row)
+    float global = 1.0f;
+};
+
 // B of C = A·Bᵀ, logically (N, K). Stored as rows (N, K) with K contiguous (nn.Linear, "dot form") or transposed
-// (K, N) with N contiguous ("axpy form"). Elements are bf16, f16 or f32 and are widened to f32 by the kernels.
+// (K, N) with N contiguous ("axpy form"). Elements are bf16, f16 or f32 and are widened to f32 by the kernels, or
+// quantized (rows layout; `q`), dequantized into f32 panels by the kernel table's `dequant`.
 struct WeightMat {
-    const void* data = nullptr;  // element (n, k): rows: data[n*ld + k]; transposed: data[k*ld + n]
+    const void* data = nullptr;  // element (n, k): rows: data[n*ld + k]; transposed: data[k*ld + n]; FP4: byte k/2
     DType dtype = DType::kF32;
     bool transposed = false;
-    int64_t ld = 0;  // storage row length: K (rows) or N (transposed)
+    int64_t ld = 0;  // storage row length in elements of dtype: K (rows) or N (transposed); FP4: K / 2 bytes
     int64_t K = 0;
+    WeightQuant q;
 
+    bool quantized() const { return q.format != QuantFormat::kNone; }
     // The same matrix starting at logical row n0 (a column offset when transposed).
     WeightMat from_row(int64_t n0) const {
         WeightMat w = *this;
         const int64_t off = transposed ? n0 : n0 * ld;
         w.data = static_cast<const char*>(data) + off * dtype_size(dtype);
+        w.q.row0 += n0;
         return w;
     }
 };
@@ -46,16 +61,20 @@ struct CpuProblem {
     Activation act = Activation::kSilu;
     GateKind gate = GateKind::kDefault;
     float alpha = 1.702f, limit = 7.0f;
-    const void* x = nullptr;          // (T, H)
-    TensorView ids, weights;          // (T, k)
-    const void* up_bias = nullptr;    // (E, up_width) or null
-    const void* down_bias = nullptr;  // (E, H) or null
+    const void* x = nullptr;                             // (T, H)
+    TensorView ids, weights;                             // (T, k)
+    const void* up_bias = nullptr;                       // (E, up_width) or null
+    const void* down_bias = nullptr;                     // (E, H) or null
+    ActivationQuant act_quant = ActivationQuant::kNone;  // of quantized problems: how GEMM inputs are rounded
     const ExpertsProblem* p = nullptr;
 
     GateOp gate_op() const { return {layout != GateLayout::kUngated, gate, act, alpha, limit, dtype}; }
 
-    WeightMat up(int64_t e) const;                   // (up_width, H)
-    WeightMat down(int64_t e) const;                 // (H, I)
+    WeightMat up(int64_t e) const;    // (up_width, H)
+    WeightMat down(int64_t e) const;  // (H, I)
+    // Expert e's static activation scale of the up (down) projection; kStatic only.
+    float up_activation_scale(int64_t e) const;
+    float down_activation_scale(int64_t e) const;
     float route_weight(int64_t t, int64_t j) const;  // top_k_weights[t, j] as f32
 };
 

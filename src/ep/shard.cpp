@@ -31,6 +31,11 @@ ExpertsProblem shard_experts(const ExpertsProblem& full, const EpShard& shard) {
     p.down_proj = slice(full.down_proj);
     p.gate_up_bias = slice(full.gate_up_bias);
     p.down_bias = slice(full.down_bias);
+    for (ProjectionQuant* q : {&p.quant.gate_up, &p.quant.down}) {  // quantized: the scales of the local experts
+        q->scale_inv = slice(q->scale_inv);
+        q->global_scale = slice(q->global_scale);
+        q->activation_scale = slice(q->activation_scale);
+    }
     return p;
 }
 
