@@ -204,6 +204,29 @@ TEST(QuantKernels, Avx2DequantMatchesScalarBitwise) {
     }
 }
 
+// The fused decode kernel (codes decoded and scaled in registers) gives the bits of the f32 streaming kernel on the
+// dequantized rows, for 1-4 rows of A and row tiles that do not divide N.
+TEST(QuantKernels, FusedStreamMatchesDequantizedStreamBitwise) {
+    const cpu::KernelTable* avx2 = cpu::avx2_kernels();
+    if (!avx2) GTEST_SKIP() << "this CPU has no AVX2";
+    for (const Scheme& s : kSchemes) {
+        const int64_t K = 128, N = 64;
+        const QuantProblem qp(1, K, N / 2, 2, 1, Variant{}, s, 13);
+        const cpu::CpuProblem cp = cpu::unpack_problem(qp.problem());
+        const cpu::WeightMat w = cp.up(1).from_row(5);
+        const int64_t n = N - 5 - 2;
+        std::vector<float> a(size_t(4 * K)), deq(size_t(n * K)), want(size_t(4 * n)), got(size_t(4 * n));
+        for (size_t i = 0; i < a.size(); ++i) a[i] = float(std::sin(0.37 * double(i)));
+        const float* rows[4] = {a.data(), a.data() + K, a.data() + 2 * K, a.data() + 3 * K};
+        avx2->dequant(w, n, 0, K, deq.data(), K);
+        for (int64_t m = 1; m <= 4; ++m) {
+            avx2->stream(rows, m, cpu::WeightMat{deq.data(), DType::kF32, false, K, K}, n, want.data(), n);
+            ASSERT_TRUE(avx2->stream_fused(rows, m, w, n, got.data(), n)) << s.name;
+            EXPECT_EQ(std::memcmp(want.data(), got.data(), size_t(m * n) * 4), 0) << s.name << " m=" << m;
+        }
+    }
+}
+
 // End to end: the quantized experts stay close to the bf16 experts they were made from (measured rms: FP8 ~3-6%,
 // FP4 ~15-20%; the static scales leave x and h far from saturation).
 TEST(QuantBackends, CloseToTheUnquantizedExperts) {

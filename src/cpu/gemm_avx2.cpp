@@ -8,6 +8,7 @@ namespace moex::cpu {
 void stream_avx2(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc);
 void gate_row_avx2(const GateOp& op, const float* g, const float* u, int64_t n, float* h);
 void dequant_avx2(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, float* dst, int64_t ldd);
+bool stream_fused_avx2(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc);
 
 namespace {
 
@@ -192,7 +193,7 @@ void micro_direct_avx2(const float* const* a, int mr, int64_t k0, const WeightMa
 }  // namespace
 
 extern const KernelTable kAvx2Table;
-const KernelTable kAvx2Table{"avx2",       stream_avx2,  pack_b_avx2, micro_avx2, micro_direct_avx2,
-                             dequant_avx2, gate_row_avx2};
+const KernelTable kAvx2Table{"avx2",       stream_avx2,       pack_b_avx2,  micro_avx2, micro_direct_avx2,
+                             dequant_avx2, stream_fused_avx2, gate_row_avx2};
 
 }  // namespace moex::cpu

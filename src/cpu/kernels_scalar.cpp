@@ -72,8 +72,8 @@ void dequant_scalar(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, float
         for (int64_t kk = 0; kk < kc; ++kk) dst[r * ldd + kk] = quant_elem(b, r, k0 + kk);
 }
 
-const KernelTable kScalarTable{"scalar",       stream_scalar,  pack_b_scalar, micro_scalar, micro_direct_scalar,
-                               dequant_scalar, gate_row_scalar};
+const KernelTable kScalarTable{"scalar",       stream_scalar, pack_b_scalar,  micro_scalar, micro_direct_scalar,
+                               dequant_scalar, nullptr,       gate_row_scalar};
 
 }  // namespace
 
