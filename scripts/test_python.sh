@@ -13,7 +13,7 @@ fi
 py=$venv/bin/python
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 # shellcheck disable=SC2086  # a list of requirement specifiers
-"$py" -m pip install -q ${MOEX_PY_REQUIREMENTS:-torch==2.15.0 transformers==5.23.0 pytest}
+"$py" -m pip install -q ${MOEX_PY_REQUIREMENTS:-torch==2.15.0 transformers==5.23.0 accelerate==1.15.0 pytest}
 # The package itself, built from this checkout by scikit-build-core + nanobind (CUDA sources too when nvcc is found).
 "$py" -m pip install -q --force-reinstall --no-deps .
 cd tests/python  # the installed package, not the source folder, is what the tests import

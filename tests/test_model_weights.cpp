@@ -188,6 +188,83 @@ TEST(ModelWeights, EveryFormHoldsTheSameModel) {
     }
 }
 
+// A pre-quantized FP8 checkpoint (quantization_config fp8, F8_E4M3 linears with `_scale_inv`, f32 or ue8m0 scales,
+// per-expert or fused experts) loads dequantized: every weight has the bits of the f32 checkpoint of the same
+// quantized values.
+TEST(ModelWeights, Fp8CheckpointDequantizesOnLoad) {
+    for (Architecture arch : {Architecture::kQwen2Moe, Architecture::kQwen3Moe, Architecture::kMixtral})
+        for (bool per_expert : {true, false})
+            for (bool ue8m0 : {false, true}) {
+                TinyCheckpointOptions o;
+                o.arch = arch, o.per_expert = per_expert, o.dense_layer = arch == Architecture::kQwen2Moe;
+                o.fp8_block = 8, o.fp8_ue8m0 = ue8m0, o.seed = 3;
+                const Checkpoint fp8(o);
+                EXPECT_EQ(fp8.config().quant.format, QuantFormat::kFp8);
+                const SafetensorsFile file = SafetensorsFile::open(fp8.dir + "/model.safetensors");
+                const std::string experts = arch == Architecture::kMixtral && per_expert
+                                                ? "model.layers.0.block_sparse_moe.experts."
+                                                : "model.layers.0.mlp.experts.";
+                const std::string w =
+                    experts + (per_expert ? (arch == Architecture::kMixtral ? "0.w1.weight" : "0.gate_proj.weight")
+                                          : "gate_up_proj");
+                ASSERT_TRUE(file.contains(w + "_scale_inv")) << w;
+                EXPECT_EQ(file.info(w).dtype, "F8_E4M3");
+                o.fp8_dequantized = true;
+                const Checkpoint deq(o);
+                const ModelWeights a = fp8.load(), b = deq.load();
+                SCOPED_TRACE(test::tiny_checkpoint_name(o));
+                auto same = [](const DeviceTensor& x, const DeviceTensor& y) {
+                    ASSERT_EQ(x.view().defined(), y.view().defined());
+                    if (x.view().defined()) EXPECT_EQ(host(x), host(y));
+                };
+                for (size_t l = 0; l < a.layers.size(); ++l)
+                    for (DeviceTensor model::LayerWeights::*m :
+                         {&model::LayerWeights::o_proj, &model::LayerWeights::router,
+                          &model::LayerWeights::shared_gate_up, &model::LayerWeights::shared_down,
+                          &model::LayerWeights::mlp_gate_up, &model::LayerWeights::mlp_down})
+                        same(a.layers[l].*m, b.layers[l].*m);
+                for (size_t l = 0; l < a.layers.size(); ++l)
+                    for (DeviceTensor model::LayerWeights::*m :
+                         {&model::LayerWeights::qkv, &model::LayerWeights::experts_gate_up,
+                          &model::LayerWeights::experts_down})
+                        same(a.layers[l].*m, b.layers[l].*m);
+                same(a.embed, b.embed);
+                same(a.lm_head, b.lm_head);
+            }
+}
+
+TEST(ModelWeights, Fp8CheckpointErrorsNameTheTensor) {
+    TinyCheckpointOptions o;
+    o.fp8_block = 8;
+    const Checkpoint ck(o);
+    const std::string path = ck.dir + "/model.safetensors";
+    const std::string scale = "model.layers.0.self_attn.o_proj.weight_scale_inv";
+    test::edit_safetensors(path, [&](std::vector<test::RawTensor>& ts) {
+        for (auto& t : ts)
+            if (t.name == scale) t.shape = {2, 4}, t.bytes.resize(32);
+    });
+    test::expect_error([&] { ck.load(); }, ErrorCode::kFormat,
+                       scale +
+                           " has shape (2, 4), expected (4, 4) for model.layers.0.self_attn.o_proj.weight (32, 32) "
+                           "in blocks of 8x8");
+    test::edit_safetensors(path, [&](std::vector<test::RawTensor>& ts) {
+        std::erase_if(ts, [&](const test::RawTensor& t) { return t.name == scale; });
+    });
+    test::expect_error([&] { ck.load(); }, ErrorCode::kNotFound, "`" + scale + "` not found");
+    // F8_E4M3 tensors without a quantization_config are refused by name.
+    std::string cfg = test::tiny_config_json(o);
+    const size_t at = cfg.find("\"quantization_config\"");
+    ASSERT_NE(at, std::string::npos);
+    std::ofstream(ck.dir + "/config.json") << cfg.replace(at, 21, "\"quantization_confiq\"");
+    test::expect_error([&] { ck.load(); }, ErrorCode::kFormat,
+                       "has dtype F8_E4M3 but config.json has no quantization_config with quant_method fp8");
+    std::string other = test::tiny_config_json(o);
+    other.replace(other.find("\"fp8\""), 5, "\"mxfp4\"");
+    std::ofstream(ck.dir + "/config.json") << other;
+    test::expect_error([&] { ck.config(); }, ErrorCode::kUnsupported,
+                       "quantization_config.quant_method `mxfp4` is not loaded by moex");
+}
+
 TEST(ModelWeights, CompositeCheckpoint) {
     for (bool per_expert : {true, false}) {
         TinyCheckpointOptions o;

@@ -26,6 +26,13 @@ struct TinyCheckpointOptions {
     bool tied = false;         // tie_word_embeddings, no lm_head.weight
     bool dense_layer = false;  // qwen*: mlp_only_layers = [1], a dense-MLP layer 1
     uint64_t seed = 0;
+    // > 0: a pre-quantized checkpoint (quantization_config fp8, weight_block_size fp8_block x fp8_block): every
+    // linear of attention, MLPs and experts stored F8_E4M3 with its `_scale_inv` (F32, or F8_E8M0 with fp8_ue8m0);
+    // embeddings, norms, the router, shared_expert_gate and lm_head keep `dtype`. With fp8_dequantized the same
+    // quantized values are written back as f32 instead (no quantization_config): the model the FP8 one holds.
+    int64_t fp8_block = 0;
+    bool fp8_ue8m0 = false;
+    bool fp8_dequantized = false;
 
     int64_t vocab = 64, hidden = 32, layers = 2, heads = 4, kv_heads = 2, head_dim = 8;
     int64_t experts = 4, top_k = 2, moe_intermediate = 16;

@@ -29,6 +29,15 @@ struct RopeConfig {
     double partial_rotary_factor = 1.0;
 };
 
+// The quantization_config of a pre-quantized checkpoint (transformers' FineGrainedFP8Config, quant_method fp8):
+// its F8_E4M3 linears come with `*_scale_inv` companions over blocks of block_n x block_k (0 x 0: one per tensor).
+// moex dequantizes them on load into the run dtype (what transformers does with dequantize=True).
+struct CheckpointQuant {
+    QuantFormat format = QuantFormat::kNone;
+    int64_t block_n = 0, block_k = 0;
+    ActivationQuant activations = ActivationQuant::kDynamic;
+};
+
 struct ModelConfig {
     Architecture arch = Architecture::kQwen3Moe;
     std::string model_type;            // the text model's model_type as written
@@ -57,6 +66,7 @@ struct ModelConfig {
     std::optional<double> clip_qkv;  // olmoe
     int64_t sliding_window = 0;      // 0 = full attention (use_sliding_window false or sliding_window null)
     bool tie_word_embeddings = false;
+    CheckpointQuant quant;               // quantization_config, when the checkpoint is pre-quantized
     std::vector<int32_t> eos_token_ids;  // config.json, overridden by generation_config.json when it has them
     std::optional<int32_t> bos_token_id;
     std::optional<int32_t> pad_token_id;

@@ -76,9 +76,19 @@ void Planner::missing(const std::vector<std::string>& names) const {
 PlanPiece Planner::piece(const std::string& name, const ExpectedShape& shape, int64_t offset) {
     const std::optional<Found> found = files_.find(name);
     if (!found) missing({name});
-    check_source(*found->file, *found->info, shape);
+    const bool fp8 = c_.quant.format == QuantFormat::kFp8;
+    check_source(*found->file, *found->info, shape, fp8);
     plan_.total_bytes += found->info->nbytes();
-    return {found->file, found->info, offset};
+    PlanPiece p{found->file, found->info, offset};
+    if (found->info->dtype == "F8_E4M3") {  // its block scales, dequantized with it on load
+        const std::string sname = name + "_scale_inv";
+        const std::optional<Found> s = files_.find(sname);
+        if (!s) missing({sname});
+        check_scales(*s->file, *s->info, name, sizes_of(shape), c_.quant.block_n, c_.quant.block_k);
+        plan_.total_bytes += s->info->nbytes();
+        p.scales = {s->file, s->info, c_.quant.block_n, c_.quant.block_k};
+    }
+    return p;
 }
 
 void Planner::add(WeightSlot slot, std::vector<int64_t> shape, std::vector<PlanPiece> pieces) {

@@ -14,10 +14,18 @@
 
 namespace moex::model {
 
+// The block scales of an F8_E4M3 piece (quantization_config fp8): `<name>_scale_inv`, dequantized on load.
+struct PieceScales {
+    const SafetensorsFile* file = nullptr;
+    const SafetensorsInfo* info = nullptr;  // null: the piece is a float tensor
+    int64_t block_n = 0, block_k = 0;       // 0 x 0: one scale per tensor (per expert for fused experts)
+};
+
 struct PlanPiece {
     const SafetensorsFile* file;
     const SafetensorsInfo* info;
     int64_t offset;  // first destination element
+    PieceScales scales = {};
 };
 
 // Where a destination lives in ModelWeights: a model-level member, or a member of layers[layer].

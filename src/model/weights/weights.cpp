@@ -1,5 +1,6 @@
 // load_weights: plan (resolve and check every tensor), then fill one destination at a time from the memory-mapped
-// files, converting to the run dtype, and upload it. On CUDA only one destination's host staging buffer lives at a
+// files, converting to the run dtype (FP8 tensors of a quantization_config fp8 checkpoint dequantized with their
+// block scales), and upload it. On CUDA only one destination's host staging buffer lives at a
 // time (at most one layer's fused experts), so a checkpoint never needs two full host copies.
 #include "src/model/weights/weights.h"
 
@@ -17,6 +18,14 @@ namespace {
 void fill(const PlanTarget& target, void* dst, DType dtype, ProgressBar& bar) {
     for (const PlanPiece& p : target.pieces) {
         const std::optional<DType> src_dtype = dtype_from_safetensors(p.info->dtype);  // checked by the plan
+        if (p.scales.info) {  // F8_E4M3 with its block scales: dequantized into the run dtype
+            const PieceScales& s = p.scales;
+            const DType sdt = s.info->dtype == "F32" ? DType::kF32 : DType::kUE8M0;
+            dequantize_into(p.file->bytes(p.info->name), p.info->shape, s.file->bytes(s.info->name), sdt, s.info->shape,
+                            s.block_n, s.block_k, dst, dtype, p.offset);
+            bar.advance(p.info->nbytes() + s.info->nbytes());
+            continue;
+        }
         convert_into(p.file->bytes(p.info->name), *src_dtype, dst, dtype, p.offset);
         bar.advance(p.info->nbytes());
     }
