@@ -35,11 +35,10 @@ struct PackBlock {
 };
 inline PackBlock pack_block(bool transposed) { return transposed ? PackBlock{512, 64} : PackBlock{128, 256}; }
 
-// Quantized weights on the streaming path are dequantized in blocks of whole rows of this many f32 bytes (rounded down
-// to 8 rows, the dot kernel's widest tile, when that many fit), then streamed by the f32 kernel from L1/L2. Measured
-// on the dev EPYC (qwen3 fp8 decode, T = 1): 16 KiB 13.7 ms, 32 KiB 12.3 ms, 128 KiB 13.5 ms; the dequantization
-// itself (~0.27 ns per element per core) is the limit, not the block.
-inline constexpr int64_t kDequantBlockBytes = 32 << 10;
+// Quantized weights on the streaming path above 4 rows are dequantized in blocks of whole rows of about this many
+// f32 bytes (a multiple of 8 rows, the dot kernel's widest tile, and at least 8), then streamed by the f32 kernel
+// from L2. Up to 4 rows the codes are decoded in registers instead (stream_fused).
+inline constexpr int64_t kDequantBlockBytes = 64 << 10;
 
 // kMc bounds a packed task's rows (its C tile, 1024 x 128 f32 = 512 KiB) and splits huge experts for balance.
 inline constexpr int64_t kMc = 1024;

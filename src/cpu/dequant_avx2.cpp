@@ -188,6 +188,8 @@ template <bool Fp8, int NB, int MB>
 void fused_rows(const float* const* a, const WeightMat& b, int64_t n, float* c, int64_t ldc) {
     int64_t j = 0;
     for (; j + NB <= n; j += NB) fused_tile<Fp8, NB, MB>(a, b, j, c, ldc);
+    for (; j + 2 <= n; j += 2)
+        fused_tile<Fp8, 2, MB>(a, b, j, c, ldc);  // tails in pairs: a lone row is fma-latency bound
     for (; j < n; ++j) fused_tile<Fp8, 1, MB>(a, b, j, c, ldc);
 }
 

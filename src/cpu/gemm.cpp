@@ -85,12 +85,14 @@ void gemm_direct(const KernelTable& kt, const float* const* a, int64_t m, const 
     }
 }
 
-// Quantized B at small m: blocks of whole rows dequantized into an f32 buffer that stays in L2, then streamed by the
-// f32 kernel; each output is exactly what the f32 kernel gives for the dequantized weights, whatever the block.
+// Quantized B at small m: decoded in registers by the table's stream_fused (m <= 4), else blocks of whole rows
+// dequantized into an f32 buffer that stays in L2, then streamed by the f32 kernel. Each output is exactly what the
+// f32 kernel gives for the dequantized weights, whatever the path or the block.
 void stream_quantized(const KernelTable& kt, const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c,
                       int64_t ldc) {
+    if (kt.stream_fused && kt.stream_fused(a, m, b, n, c, ldc)) return;
     int64_t rows = kDequantBlockBytes / (b.K * 4);
-    rows = rows >= 8 ? rows / 8 * 8 : rows < 1 ? 1 : rows;
+    rows = rows > 8 ? rows / 8 * 8 : 8;  // whole tiles of the dot kernel's 8 rows (fewer leave 1-row tiles)
     rows = rows < n ? rows : n;
     float* buf = thread_scratch(4, rows * b.K);
     for (int64_t j = 0; j < n; j += rows) {
