@@ -15,5 +15,9 @@ $moex experts make-problem --shape qwen3-30b-a3b --tokens 16 --dtype bf16 --scal
 for b in eager batched_mm grouped_mm; do
   $moex experts run --problem build/demo/problem.safetensors --backend "$b" --out "build/demo/out_$b.safetensors"
 done
+# The same experts with FP8 block-quantized weights (dynamic FP8 activations), through the CPU grouped_mm.
+$moex experts make-problem --shape qwen3-30b-a3b --tokens 16 --dtype bf16 --scale-e 4 --seed 1 --quant fp8_block \
+  --out build/demo/problem_fp8.safetensors
+$moex experts run --problem build/demo/problem_fp8.safetensors --backend grouped_mm --out build/demo/out_fp8.safetensors
 $moex bench --shapes qwen3-30b-a3b --tokens 1,64,1024 --dtype bf16 --reps 5
 $moex generate --prompt "And God said," --max-new-tokens 80 --seed 7
