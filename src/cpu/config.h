@@ -57,8 +57,9 @@ inline int64_t down_task_cols(GemmPath path, bool transposed, int64_t H) {
 
 // Tokens per pass: the pass keeps x, h (rows, I) and y (rows, H) in f32, up to 512 MiB (4096 tokens of
 // Qwen3-30B-A3B in one pass: 96 KiB per token). The caller thread keeps this workspace between calls.
-inline int64_t token_chunk(int64_t T, int64_t k, int64_t H, int64_t I) {
-    const int64_t per_token = (k * (H + I) + H) * 4;
+// extra: floats per token of further scratch (quantized activations: x rounded per token, H, or per routed row, k·H).
+inline int64_t token_chunk(int64_t T, int64_t k, int64_t H, int64_t I, int64_t extra = 0) {
+    const int64_t per_token = (k * (H + I) + H + extra) * 4;
     const int64_t chunk = (int64_t(512) << 20) / (per_token > 0 ? per_token : 1);
     return chunk < 1 ? 1 : chunk < T ? chunk : T;
 }

@@ -23,7 +23,10 @@ void run(const ExpertsProblem& p, const TensorView& out, int num_threads, Schedu
     const CpuProblem cp = unpack_problem(p);
     const int threads = resolve_threads(num_threads);
     thread_local Workspace ws;
-    const int64_t chunk = token_chunk(cp.T, cp.k, cp.H, cp.I);
+    const int64_t xq = cp.act_quant == ActivationQuant::kDynamic  ? cp.H
+                       : cp.act_quant == ActivationQuant::kStatic ? cp.k * cp.H
+                                                                  : 0;
+    const int64_t chunk = token_chunk(cp.T, cp.k, cp.H, cp.I, xq);
     for (int64_t t0 = 0; t0 < cp.T; t0 += chunk) {
         const int64_t t1 = cp.T - t0 < chunk ? cp.T : t0 + chunk;
         const float* x = x_as_f32(cp, t0, t1, ws.x, threads);
