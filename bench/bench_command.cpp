@@ -122,30 +122,17 @@ BenchConfig make_config(BenchArgs& a) {
     c.case_seconds = a.case_seconds;
     c.seed = a.seed;
     c.max_weight_bytes = int64_t(a.max_weight_gb * double(1LL << 30));
-    const auto q = quant_format_from_name(a.quant);
-    MOEX_REQUIRE(q.has_value(), ErrorCode::kInvalidArgument,
-                 "unknown --quant `" + a.quant + "`; valid: none, fp8_block, mxfp4, nvfp4");
-    c.quant = *q;
+    const common::QuantOptions q = common::parse_quant_options(a.quant, a.block, a.scale_fmt, a.activation_scheme);
+    c.quant = q.format;
     if (c.quant != QuantFormat::kNone) {
         MOEX_REQUIRE(
             c.device == Device::kCPU, ErrorCode::kUnsupported,
             "--quant: moex's quantized experts run on the CPU backends only in this build (no CUDA kernel takes "
             "FP8 / FP4 weights yet)");
-        const auto block = weight_block_from_name(a.block);
-        MOEX_REQUIRE(block.has_value(), ErrorCode::kInvalidArgument,
-                     "--block `" + a.block + "`: expected <rows>x<cols> (e.g. 128x128) or none");
-        c.block = *block;
-        MOEX_REQUIRE(a.scale_fmt == "float" || a.scale_fmt == "ue8m0", ErrorCode::kInvalidArgument,
-                     "--scale-fmt `" + a.scale_fmt + "`; valid: float, ue8m0");
-        c.scale_dtype = a.scale_fmt == "ue8m0" ? DType::kUE8M0 : DType::kF32;
-        const std::string scheme = !a.activation_scheme.empty()   ? a.activation_scheme
-                                   : c.quant == QuantFormat::kFp8 ? "dynamic"
-                                                                  : "none";
-        MOEX_REQUIRE(scheme == "dynamic" || scheme == "none", ErrorCode::kInvalidArgument,
-                     "--activation-scheme `" + scheme +
-                         "`; the bench takes dynamic or none (static scales are a "
-                         "property of a calibrated checkpoint: use a problem file)");
-        c.act = scheme == "dynamic" ? ActivationQuant::kDynamic : ActivationQuant::kNone;
+        MOEX_REQUIRE(q.activations != ActivationQuant::kStatic, ErrorCode::kInvalidArgument,
+                     "--activation-scheme static: the bench takes dynamic or none (static scales are a property of a "
+                     "calibrated checkpoint: use a problem file)");
+        c.block = q.block, c.scale_dtype = q.scale_dtype, c.act = q.activations;
     }
     return c;
 }

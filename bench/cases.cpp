@@ -111,24 +111,21 @@ ShapeBench::ShapeBench(const ShapePlan& plan, const BenchConfig& config) : plan_
             continue;
         }
         // Quantized: bf16 weights of the same distribution, quantized on the host, then placed.
-        ExpertsQuant q;
-        q.format = config.quant, q.activations = config.act;
-        q.block_n = config.block.n, q.block_k = config.block.k;
-        ProjectionQuant* pq[2] = {&q.gate_up, &q.down};
-        const int64_t dims[2][3] = {{plan.E, 2 * m.I, m.H}, {plan.E, m.H, m.I}};
-        for (int w = 0; w < 2; ++w) {
-            Tensor host(DType::kBF16, dims[w], 3);
-            common::fill_random(host.view(), kWeightStd, seed + uint64_t(w), common::Distribution::kUniform,
-                                config.threads);
-            const QuantizedWeights qw =
-                quantize_weights(host.view(), q.format, q.block_n, q.block_k, config.scale_dtype, w == 0 ? 2 : 1);
-            (w == 0 ? gate_up_ : down_).push_back(DeviceTensor::from_host(qw.weights.view(), config.device));
-            scales_.push_back(DeviceTensor::from_host(qw.scale_inv.view(), config.device));
-            pq[w]->scale_inv = scales_.back().view();
-            if (qw.global_scale.view().defined()) {
-                scales_.push_back(DeviceTensor::from_host(qw.global_scale.view(), config.device));
-                pq[w]->global_scale = scales_.back().view();
-            }
+        Tensor up(DType::kBF16, {plan.E, 2 * m.I, m.H}), down(DType::kBF16, {plan.E, m.H, m.I});
+        common::fill_random(up.view(), kWeightStd, seed, common::Distribution::kUniform, config.threads);
+        common::fill_random(down.view(), kWeightStd, seed + 1, common::Distribution::kUniform, config.threads);
+        ExpertsProblem host;
+        host.gate_up_proj = up.view(), host.down_proj = down.view();
+        const QuantizedExperts owner =  // holds the host copies host's views point into until they are placed
+            quantize_experts(host, config.quant, config.block.n, config.block.k, config.scale_dtype);
+        ExpertsQuant q = host.quant;
+        q.activations = config.act;
+        gate_up_.push_back(DeviceTensor::from_host(host.gate_up_proj, config.device));
+        down_.push_back(DeviceTensor::from_host(host.down_proj, config.device));
+        for (TensorView* t : {&q.gate_up.scale_inv, &q.gate_up.global_scale, &q.down.scale_inv, &q.down.global_scale}) {
+            if (!t->defined()) continue;
+            scales_.push_back(DeviceTensor::from_host(*t, config.device));
+            *t = scales_.back().view();
         }
         quant_.push_back(q);
     }

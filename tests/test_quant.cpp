@@ -83,16 +83,9 @@ class QuantProblem {
                  uint64_t seed)
         : host_(T, H, I, E, k, v, seed) {
         p_ = host_.problem();
+        weights_ = quantize_experts(p_, s.format, s.block_n, s.block_k, s.scale_dtype);
         ExpertsQuant& q = p_.quant;
-        q.format = s.format;
-        q.block_n = s.block_n, q.block_k = s.block_k;
         q.activations = s.act;
-        up_ = quantize_weights(p_.gate_up_proj, s.format, s.block_n, s.block_k, s.scale_dtype, v.has_gate ? 2 : 1);
-        down_ = quantize_weights(p_.down_proj, s.format, s.block_n, s.block_k, s.scale_dtype);
-        p_.gate_up_proj = up_.weights.view(), p_.down_proj = down_.weights.view();
-        q.gate_up.scale_inv = up_.scale_inv.view(), q.down.scale_inv = down_.scale_inv.view();
-        if (s.format == QuantFormat::kNvfp4)
-            q.gate_up.global_scale = up_.global_scale.view(), q.down.global_scale = down_.global_scale.view();
         if (s.act == ActivationQuant::kStatic) {
             up_act_ = Tensor(DType::kF32, {E}), down_act_ = Tensor(DType::kF32, {E});
             for (int64_t e = 0; e < E; ++e) {  // range 8: x ~ N(0, 1) and h never saturate; 1.5: many do
@@ -108,7 +101,7 @@ class QuantProblem {
 
    private:
     HostProblem host_;
-    QuantizedWeights up_, down_;
+    QuantizedExperts weights_;
     Tensor up_act_, down_act_;
     ExpertsProblem p_;
 };

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "common/cli_parse.h"
 #include "common/random_data.h"
 #include "common/shapes.h"
 #include "moex/error.h"
@@ -51,37 +52,13 @@ Tensor random_tensor(DType dtype, std::initializer_list<int64_t> shape, double s
 // Replaces p's weights by their quantization (moex/quant.h's quantizer); static activation scales are amax(x) / 448
 // for every expert's up projection and 8 / 448 for the down one (the gated hidden values of N(0, 0.02) weights
 // stay far below 8).
-void quantize(const MakeArgs& a, ExpertsProblem& p, QuantizedWeights& up, QuantizedWeights& down, Tensor& up_act,
-              Tensor& down_act) {
-    ExpertsQuant& q = p.quant;
-    const auto f = quant_format_from_name(a.quant);
-    MOEX_REQUIRE(f.has_value(), ErrorCode::kInvalidArgument,
-                 "unknown --quant `" + a.quant + "`; valid: none, fp8_block, mxfp4, nvfp4");
-    q.format = *f;
+void quantize(const MakeArgs& a, ExpertsProblem& p, QuantizedExperts& weights, Tensor& up_act, Tensor& down_act) {
+    const common::QuantOptions o = common::parse_quant_options(a.quant, a.block, a.scale_fmt, a.activation_scheme);
     MOEX_REQUIRE(!p.is_transposed, ErrorCode::kInvalidArgument,
                  "--quant needs (E, N, K) weights as transformers' FP8Experts holds them; drop --transposed");
-    DType scale_dtype = DType::kF32;
-    if (q.format == QuantFormat::kFp8) {
-        const auto block = weight_block_from_name(a.block);
-        MOEX_REQUIRE(block.has_value(), ErrorCode::kInvalidArgument,
-                     "--block `" + a.block + "`: expected <rows>x<cols> (e.g. 128x128) or none (per-tensor)");
-        q.block_n = block->n, q.block_k = block->k;
-        MOEX_REQUIRE(a.scale_fmt == "float" || a.scale_fmt == "ue8m0", ErrorCode::kInvalidArgument,
-                     "--scale-fmt `" + a.scale_fmt + "`; valid: float, ue8m0");
-        scale_dtype = a.scale_fmt == "ue8m0" ? DType::kUE8M0 : DType::kF32;
-    }
-    const std::string scheme =
-        a.activation_scheme.empty() ? (q.format == QuantFormat::kFp8 ? "dynamic" : "none") : a.activation_scheme;
-    const auto act = activation_quant_from_name(scheme);
-    MOEX_REQUIRE(act.has_value(), ErrorCode::kInvalidArgument,
-                 "unknown --activation-scheme `" + scheme + "`; valid: none, dynamic, static");
-    q.activations = *act;
-    up = quantize_weights(p.gate_up_proj, q.format, q.block_n, q.block_k, scale_dtype, p.has_gate ? 2 : 1);
-    down = quantize_weights(p.down_proj, q.format, q.block_n, q.block_k, scale_dtype);
-    p.gate_up_proj = up.weights.view(), p.down_proj = down.weights.view();
-    q.gate_up.scale_inv = up.scale_inv.view(), q.down.scale_inv = down.scale_inv.view();
-    if (q.format == QuantFormat::kNvfp4)
-        q.gate_up.global_scale = up.global_scale.view(), q.down.global_scale = down.global_scale.view();
+    weights = quantize_experts(p, o.format, o.block.n, o.block.k, o.scale_dtype);
+    ExpertsQuant& q = p.quant;
+    q.activations = o.activations;
     if (q.activations == ActivationQuant::kStatic) {
         const int64_t E = p.E(), n = p.hidden_states.numel();
         const TensorView& x = p.hidden_states;
@@ -154,11 +131,11 @@ void make(const MakeArgs& a) {
     p.is_concatenated = !a.interleaved;
     p.activation = *act;
     p.gate = *gate;
-    QuantizedWeights qup, qdown;
+    QuantizedExperts quantized;
     Tensor up_act, down_act;
     double stored_gb = gb;
     if (a.quant != "none") {
-        quantize(a, p, qup, qdown, up_act, down_act);
+        quantize(a, p, quantized, up_act, down_act);
         stored_gb = double(p.gate_up_proj.nbytes() + p.down_proj.nbytes() + p.quant.gate_up.scale_inv.nbytes() +
                            p.quant.down.scale_inv.nbytes()) *
                     1e-9;

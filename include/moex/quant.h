@@ -20,6 +20,8 @@
 
 namespace moex {
 
+struct ExpertsProblem;
+
 enum class QuantFormat : uint8_t { kNone, kFp8, kMxfp4, kNvfp4 };
 enum class ActivationQuant : uint8_t { kNone, kDynamic, kStatic };
 
@@ -126,5 +128,14 @@ struct QuantizedWeights {
 };
 QuantizedWeights quantize_weights(const TensorView& w, QuantFormat format, int64_t block_n = 128, int64_t block_k = 128,
                                   DType scale_dtype = DType::kF32, int64_t min_scale_rows = 1);
+
+// Both projections of p (gate_up_proj, down_proj; (E, N, K), not transposed) quantized by quantize_weights, gated
+// experts' gate_up scales keeping a row per half: p's weights and p.quant (format, block, scales, global scales)
+// then point into the result, which must outlive p's use. p.quant.activations and static scales stay the caller's.
+struct QuantizedExperts {
+    QuantizedWeights gate_up, down;
+};
+QuantizedExperts quantize_experts(ExpertsProblem& p, QuantFormat format, int64_t block_n = 128, int64_t block_k = 128,
+                                  DType scale_dtype = DType::kF32);
 
 }  // namespace moex

@@ -293,4 +293,18 @@ QuantizedWeights quantize_weights(const TensorView& w, QuantFormat format, int64
     return r;
 }
 
+QuantizedExperts quantize_experts(ExpertsProblem& p, QuantFormat format, int64_t block_n, int64_t block_k,
+                                  DType scale_dtype) {
+    MOEX_REQUIRE(!p.is_transposed, ErrorCode::kInvalidArgument,
+                 "quantize_experts: quantized experts are stored (E, N, K); the weights are transposed");
+    QuantizedExperts r{quantize_weights(p.gate_up_proj, format, block_n, block_k, scale_dtype, p.has_gate ? 2 : 1),
+                       quantize_weights(p.down_proj, format, block_n, block_k, scale_dtype)};
+    ExpertsQuant& q = p.quant;
+    q.format = format, q.block_n = block_n, q.block_k = block_k;
+    p.gate_up_proj = r.gate_up.weights.view(), p.down_proj = r.down.weights.view();
+    q.gate_up.scale_inv = r.gate_up.scale_inv.view(), q.down.scale_inv = r.down.scale_inv.view();
+    q.gate_up.global_scale = r.gate_up.global_scale.view(), q.down.global_scale = r.down.global_scale.view();
+    return r;
+}
+
 }  // namespace moex
