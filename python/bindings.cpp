@@ -1,7 +1,8 @@
 // moex_experts._moex: the Python bindings of moex's public C++ API (nanobind). Tensors arrive as DLPack (zero-copy:
 // torch tensors, DLPack capsules, NumPy arrays) and become moex::TensorViews with their strides; the experts call
-// runs on the stream the caller names (torch's current stream); the registry, Python-written backends and the model
-// API. moex::Error becomes a Python exception carrying the C++ message.
+// runs on the stream the caller names (torch's current stream), with weights in the activation dtype or quantized (FP8
+// blocks, MXFP4, NVFP4 and their scales, filled into ExpertsProblem::quant as a problem file fills it); the registry,
+// Python-written backends and the model API. moex::Error becomes a Python exception carrying the C++ message.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
@@ -15,11 +16,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "moex/backend.h"
 #include "moex/error.h"
 #include "moex/model.h"
+#include "moex/quant.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -31,7 +34,9 @@ using Array = nb::ndarray<>;  // any device: view_of accepts the CPU and CUDA on
 
 // ---- tensors ---------------------------------------------------------------------------------------------------
 
-DType dtype_of(const nb::dlpack::dtype& d, const char* name) {
+// What moex calls a DLPack element type; `bytes`: FP4 codes, two per byte, whatever byte type holds them (uint8, int8
+// as transformers' FP8Experts stores them, torch's float4_e2m1fn_x2), read as uint8.
+DType dtype_of(const nb::dlpack::dtype& d, const char* name, bool bytes) {
     using Code = nb::dlpack::dtype_code;
     if (d.lanes == 1) {
         if (d.code == uint8_t(Code::Bfloat) && d.bits == 16) return DType::kBF16;
@@ -41,12 +46,19 @@ DType dtype_of(const nb::dlpack::dtype& d, const char* name) {
         if (d.code == uint8_t(Code::Int) && d.bits == 32) return DType::kI32;
         if (d.code == uint8_t(Code::Int) && d.bits == 64) return DType::kI64;
         if (d.code == uint8_t(Code::UInt) && d.bits == 8) return DType::kU8;
+        if (d.code == uint8_t(Code::Float8_E4M3FN) && d.bits == 8) return DType::kFP8E4M3;
+        if (d.code == uint8_t(Code::Float8_E8M0FNU) && d.bits == 8) return DType::kUE8M0;
+        if (bytes && d.code == uint8_t(Code::Int) && d.bits == 8) return DType::kU8;
     }
-    fail(ErrorCode::kInvalidArgument, std::string(name) + ": unsupported element type (DLPack code " +
-                                          std::to_string(int(d.code)) + ", " + std::to_string(int(d.bits)) + " bits)");
+    if (bytes && d.code == uint8_t(Code::Float4_E2M1FN) && d.bits * d.lanes == 8) return DType::kU8;
+    const std::string type = d.code == uint8_t(Code::Int) && d.bits == 8 && d.lanes == 1
+                                 ? "int8 (int8 and float4_e2m1fn_x2 hold FP4 weights of quant mxfp4 | nvfp4)"
+                                 : "(DLPack code " + std::to_string(int(d.code)) + ", " + std::to_string(int(d.bits)) +
+                                       " bits x " + std::to_string(int(d.lanes)) + ")";
+    fail(ErrorCode::kInvalidArgument, std::string(name) + ": unsupported element type " + type);
 }
 
-TensorView view_of(const Array& a, const char* name) {
+TensorView view_of(const Array& a, const char* name, bool bytes = false) {
     MOEX_REQUIRE(a.ndim() <= size_t(kMaxDims), ErrorCode::kInvalidArgument,
                  std::string(name) + ": " + std::to_string(a.ndim()) + " dimensions; at most " +
                      std::to_string(kMaxDims) + " are supported");
@@ -56,7 +68,7 @@ TensorView view_of(const Array& a, const char* name) {
         std::string(name) + ": DLPack device type " + std::to_string(dev) + "; moex takes CPU and CUDA memory");
     TensorView v;
     v.data = a.data();
-    v.dtype = dtype_of(a.dtype(), name);
+    v.dtype = dtype_of(a.dtype(), name, bytes);
     v.device = dev == nb::device::cuda::value ? Device::kCUDA : Device::kCPU;
     v.device_index = int(a.device_id());
     v.ndim = int(a.ndim());
@@ -82,7 +94,9 @@ nb::object to_python(const TensorView& v) {
         case DType::kF64: dt.code = uint8_t(Code::Float); break;
         case DType::kI32:
         case DType::kI64: dt.code = uint8_t(Code::Int); break;
-        default: dt.code = uint8_t(Code::UInt); break;
+        case DType::kFP8E4M3: dt.code = uint8_t(Code::Float8_E4M3FN); break;
+        case DType::kUE8M0: dt.code = uint8_t(Code::Float8_E8M0FNU); break;
+        case DType::kU8: dt.code = uint8_t(Code::UInt); break;
     }
     size_t shape[kMaxDims];
     int64_t strides[kMaxDims];
@@ -100,15 +114,68 @@ struct Layout {
     float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;
 };
 
+// Quantized weights (moex/quant.h) as the call takes them: the format's name, the fp8 block (0 x 0: per-tensor), the
+// activation scheme ("" = the format's default: dynamic for fp8, none for FP4) and each projection's companions.
+struct Quant {
+    std::string format = "none";
+    int64_t block_n = 128, block_k = 128;
+    std::string activation_scheme;
+    std::optional<Array> up_scale_inv, down_scale_inv, up_global_scale, down_global_scale, up_activation_scale,
+        down_activation_scale;
+};
+
+// ExpertsProblem::quant as a problem file fills it (src/io/problem_file.cpp); the shapes, dtypes and presence of the
+// companions are left to ExpertsProblem::validate, whose messages name them.
+void fill_quant(ExpertsProblem& p, const Quant& q, const char* up) {
+    const auto format = quant_format_from_name(q.format);
+    MOEX_REQUIRE(format.has_value(), ErrorCode::kInvalidArgument,
+                 "unknown quant `" + q.format + "`; valid: none, fp8 (fp8_block), mxfp4, nvfp4");
+    const std::string u = up;
+    if (*format == QuantFormat::kNone) {
+        const std::pair<const std::optional<Array>*, std::string> given[] = {
+            {&q.up_scale_inv, u + "_scale_inv"},
+            {&q.down_scale_inv, "down_proj_scale_inv"},
+            {&q.up_global_scale, u + "_global_scale"},
+            {&q.down_global_scale, "down_proj_global_scale"},
+            {&q.up_activation_scale, u + "_activation_scale"},
+            {&q.down_activation_scale, "down_proj_activation_scale"}};
+        for (const auto& [t, name] : given)
+            MOEX_REQUIRE(!t->has_value(), ErrorCode::kInvalidArgument,
+                         name + " is given but quant is none (the weights are in the activation dtype)");
+        MOEX_REQUIRE(q.activation_scheme.empty() || q.activation_scheme == "none", ErrorCode::kInvalidArgument,
+                     "activation_scheme " + q.activation_scheme + " is given but quant is none");
+        return;
+    }
+    ExpertsQuant& e = p.quant;
+    e.format = *format;
+    e.block_n = q.block_n, e.block_k = q.block_k;
+    const std::string scheme = !q.activation_scheme.empty()   ? q.activation_scheme
+                               : *format == QuantFormat::kFp8 ? "dynamic"
+                                                              : "none";
+    const auto act = activation_quant_from_name(scheme);
+    MOEX_REQUIRE(act.has_value(), ErrorCode::kInvalidArgument,
+                 "unknown activation_scheme `" + scheme + "`; valid: none, dynamic, static");
+    e.activations = *act;
+    e.gate_up.scale_inv = optional_view(q.up_scale_inv, (u + "_scale_inv").c_str());
+    e.down.scale_inv = optional_view(q.down_scale_inv, "down_proj_scale_inv");
+    e.gate_up.global_scale = optional_view(q.up_global_scale, (u + "_global_scale").c_str());
+    e.down.global_scale = optional_view(q.down_global_scale, "down_proj_global_scale");
+    e.gate_up.activation_scale = optional_view(q.up_activation_scale, (u + "_activation_scale").c_str());
+    e.down.activation_scale = optional_view(q.down_activation_scale, "down_proj_activation_scale");
+}
+
 ExpertsProblem problem_of(const Array& x, const Array& ids, const Array& weights, const Array& gate_up,
                           const Array& down, const std::optional<Array>& gate_up_bias,
-                          const std::optional<Array>& down_bias, const Layout& l) {
+                          const std::optional<Array>& down_bias, const Layout& l, const Quant& q) {
     ExpertsProblem p;
+    const char* up = l.has_gate ? "gate_up_proj" : "up_proj";
+    fill_quant(p, q, up);
+    const bool fp4 = p.quant.fp4();
     p.hidden_states = view_of(x, "hidden_states");
     p.top_k_index = view_of(ids, "top_k_index");
     p.top_k_weights = view_of(weights, "top_k_weights");
-    p.gate_up_proj = view_of(gate_up, l.has_gate ? "gate_up_proj" : "up_proj");
-    p.down_proj = view_of(down, "down_proj");
+    p.gate_up_proj = view_of(gate_up, up, fp4);
+    p.down_proj = view_of(down, "down_proj", fp4);
     p.gate_up_bias = optional_view(gate_up_bias, l.has_gate ? "gate_up_proj_bias" : "up_proj_bias");
     p.down_bias = optional_view(down_bias, "down_proj_bias");
     p.has_gate = l.has_gate;
@@ -138,9 +205,15 @@ std::string auto_backend(const ExpertsProblem& p) {
 void experts(const std::string& backend, const Array& x, const Array& ids, const Array& weights, const Array& gate_up,
              const Array& down, const std::optional<Array>& gate_up_bias, const std::optional<Array>& down_bias,
              const Array& out, bool has_gate, bool is_transposed, bool is_concatenated, const std::string& activation,
-             const std::string& gate, float swiglu_alpha, float swiglu_limit, uintptr_t stream, int num_threads) {
+             const std::string& gate, float swiglu_alpha, float swiglu_limit, uintptr_t stream, int num_threads,
+             const std::string& quant, int64_t block_n, int64_t block_k, const std::string& activation_scheme,
+             const std::optional<Array>& up_scale_inv, const std::optional<Array>& down_scale_inv,
+             const std::optional<Array>& up_global_scale, const std::optional<Array>& down_global_scale,
+             const std::optional<Array>& up_activation_scale, const std::optional<Array>& down_activation_scale) {
     const Layout layout{has_gate, is_transposed, is_concatenated, activation, gate, swiglu_alpha, swiglu_limit};
-    const ExpertsProblem p = problem_of(x, ids, weights, gate_up, down, gate_up_bias, down_bias, layout);
+    const Quant q{quant,          block_n,         block_k,           activation_scheme,   up_scale_inv,
+                  down_scale_inv, up_global_scale, down_global_scale, up_activation_scale, down_activation_scale};
+    const ExpertsProblem p = problem_of(x, ids, weights, gate_up, down, gate_up_bias, down_bias, layout, q);
     const TensorView o = view_of(out, "out");
     RunOptions options;
     options.num_threads = num_threads;
@@ -168,6 +241,13 @@ nb::dict backend_info(const Backend& b) {
         why[device_name(dev).data()] = reason ? nb::cast(*reason) : nb::none();
     }
     d["unavailable"] = why;
+    nb::dict formats;  // what it takes besides weights in the activation dtype, per device
+    for (Device dev : {Device::kCPU, Device::kCUDA}) {
+        std::vector<std::string> names;
+        for (QuantFormat f : b.quant_formats(dev)) names.emplace_back(quant_format_name(f));
+        formats[device_name(dev).data()] = names;
+    }
+    d["quant_formats"] = formats;
     d["cuda_host_synchronizes"] = b.host_synchronizes(Device::kCUDA);
     d["load_time_only"] = b.load_time_only();
     return d;
@@ -175,12 +255,17 @@ nb::dict backend_info(const Backend& b) {
 
 // A backend written in Python: fn(hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, gate_up_bias,
 // down_bias, out, layout: dict, stream: int) writes out; why_not(device: str) -> str | None says where it cannot run.
+// One that lists quant formats is also handed quantized problems: layout then carries "quant" (the format's name),
+// "block_n", "block_k", "activation_scheme" and the companions ("gate_up_scale_inv", "down_scale_inv",
+// "gate_up_global_scale", ... as tensors or None); "quant" is "none" otherwise.
 class PythonBackend final : public Backend {
    public:
-    PythonBackend(std::string name, std::string description, std::vector<Device> devices, nb::object fn)
+    PythonBackend(std::string name, std::string description, std::vector<Device> devices,
+                  std::vector<QuantFormat> quant_formats, nb::object fn)
         : name_(std::move(name)),
           description_(std::move(description)),
           devices_(std::move(devices)),
+          quant_formats_(std::move(quant_formats)),
           fn_(std::move(fn)) {}
     ~PythonBackend() override {
         nb::gil_scoped_acquire gil;
@@ -189,6 +274,7 @@ class PythonBackend final : public Backend {
     std::string_view name() const override { return name_; }
     std::string_view description() const override { return description_; }
     std::vector<Device> devices() const override { return devices_; }
+    std::vector<QuantFormat> quant_formats(Device) const override { return quant_formats_; }
     bool host_synchronizes(Device) const override { return true; }  // unknown: say so
     void run(const ExpertsProblem& p, const TensorView& out, const RunOptions& options) const override {
         check_runnable(p, out);
@@ -201,6 +287,19 @@ class PythonBackend final : public Backend {
         layout["gate"] = std::string(gate_kind_name(p.gate));
         layout["swiglu_alpha"] = p.swiglu_alpha;
         layout["swiglu_limit"] = p.swiglu_limit;
+        const ExpertsQuant& q = p.quant;
+        layout["quant"] = std::string(quant_format_name(q.format));
+        if (q.enabled()) {
+            layout["block_n"] = q.block_n;
+            layout["block_k"] = q.block_k;
+            layout["activation_scheme"] = std::string(activation_quant_name(q.activations));
+            layout["gate_up_scale_inv"] = to_python(q.gate_up.scale_inv);
+            layout["down_scale_inv"] = to_python(q.down.scale_inv);
+            layout["gate_up_global_scale"] = to_python(q.gate_up.global_scale);
+            layout["down_global_scale"] = to_python(q.down.global_scale);
+            layout["gate_up_activation_scale"] = to_python(q.gate_up.activation_scale);
+            layout["down_activation_scale"] = to_python(q.down.activation_scale);
+        }
         fn_(to_python(p.hidden_states), to_python(p.top_k_index), to_python(p.top_k_weights), to_python(p.gate_up_proj),
             to_python(p.down_proj), to_python(p.gate_up_bias), to_python(p.down_bias), to_python(out), layout,
             reinterpret_cast<uintptr_t>(options.cuda_stream));
@@ -209,11 +308,12 @@ class PythonBackend final : public Backend {
    private:
     std::string name_, description_;
     std::vector<Device> devices_;
+    std::vector<QuantFormat> quant_formats_;
     nb::object fn_;
 };
 
 void register_python_backend(const std::string& name, nb::object fn, const std::vector<std::string>& devices,
-                             const std::string& description) {
+                             const std::string& description, const std::vector<std::string>& quant_formats) {
     MOEX_REQUIRE(!name.empty(), ErrorCode::kInvalidArgument, "register_backend: empty name");
     MOEX_REQUIRE(nb::hasattr(fn, "__call__"), ErrorCode::kInvalidArgument, "register_backend: fn is not callable");
     std::vector<Device> devs;
@@ -224,8 +324,15 @@ void register_python_backend(const std::string& name, nb::object fn, const std::
         devs.push_back(*dev);
     }
     MOEX_REQUIRE(!devs.empty(), ErrorCode::kInvalidArgument, "register_backend: no devices");
+    std::vector<QuantFormat> formats;
+    for (const std::string& f : quant_formats) {
+        const auto format = quant_format_from_name(f);
+        MOEX_REQUIRE(format.has_value() && *format != QuantFormat::kNone, ErrorCode::kInvalidArgument,
+                     "register_backend: unknown quant format `" + f + "`; valid: fp8_block, mxfp4, nvfp4");
+        formats.push_back(*format);
+    }
     ExpertsInterface::global().register_backend(
-        std::make_shared<PythonBackend>(name, description, std::move(devs), std::move(fn)));
+        std::make_shared<PythonBackend>(name, description, std::move(devs), std::move(formats), std::move(fn)));
 }
 
 // ---- the model ---------------------------------------------------------------------------------------------
@@ -351,9 +458,18 @@ NB_MODULE(_moex, m) {
         "experts", &experts, "backend"_a, "hidden_states"_a, "top_k_index"_a, "top_k_weights"_a, "gate_up_proj"_a,
         "down_proj"_a, "gate_up_bias"_a.none(), "down_bias"_a.none(), "out"_a, "has_gate"_a = true,
         "is_transposed"_a = false, "is_concatenated"_a = true, "activation"_a = "silu", "gate"_a = "default",
-        "swiglu_alpha"_a = 1.702f, "swiglu_limit"_a = 7.0f, "stream"_a = 0, "num_threads"_a = 0,
+        "swiglu_alpha"_a = 1.702f, "swiglu_limit"_a = 7.0f, "stream"_a = 0, "num_threads"_a = 0, "quant"_a = "none",
+        "block_n"_a = 128, "block_k"_a = 128, "activation_scheme"_a = "", "gate_up_scale_inv"_a.none() = nb::none(),
+        "down_scale_inv"_a.none() = nb::none(), "gate_up_global_scale"_a.none() = nb::none(),
+        "down_global_scale"_a.none() = nb::none(), "gate_up_activation_scale"_a.none() = nb::none(),
+        "down_activation_scale"_a.none() = nb::none(),
         "Runs one experts call into `out` (T, H) with a registered backend, or 'auto' (the decode kernel for few rows "
-        "per expert, grouped GEMMs for many). CUDA work is queued on `stream` (a cudaStream_t as int).");
+        "per expert, grouped GEMMs for many). CUDA work is queued on `stream` (a cudaStream_t as int). Quantized "
+        "weights (quant fp8 | mxfp4 | nvfp4; moex/quant.h): gate_up_proj / down_proj hold float8_e4m3fn codes (E, N, "
+        "K) or FP4 codes two per byte (E, N, K / 2; uint8, int8 or float4_e2m1fn_x2), with their scale_inv "
+        "(fp8: float32 | float8_e8m0fnu per block_n x block_k block, 0 x 0 = per-tensor; mxfp4: ue8m0 per 32; nvfp4: "
+        "e4m3 per 16 plus a float32 global scale per expert) and, for activation_scheme static, an (E,) float32 "
+        "activation scale per projection.");
     m.def(
         "backends",
         [] {
@@ -373,9 +489,10 @@ NB_MODULE(_moex, m) {
         "name"_a, "device"_a,
         "Why backend `name` cannot run on `device` in this build and on this machine; None: it can.");
     m.def("register_backend", &register_python_backend, "name"_a, "fn"_a, "devices"_a = std::vector<std::string>{"cpu"},
-          "description"_a = "a backend written in Python",
+          "description"_a = "a backend written in Python", "quant_formats"_a = std::vector<std::string>{},
           "Registers fn(hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, gate_up_bias, down_bias, "
-          "out, layout, stream) as a moex backend (it writes `out`); replaces a backend of the same name.");
+          "out, layout, stream) as a moex backend (it writes `out`); replaces a backend of the same name. With "
+          "quant_formats (fp8_block, mxfp4, nvfp4) it is handed quantized problems too, their scales in `layout`.");
 
     nb::class_<Generation>(m, "GenerationResult")
         .def_ro("prompt_ids", &Generation::prompt_ids)

@@ -4,7 +4,8 @@ host; their scratch comes from moex's stream-ordered pool, which graph capture r
 
 Dtype rule (what autocast gets, too): the activations follow the expert weights, as transformers' grouped_mm does
 since its PR #47933: ``hidden_states`` is cast to the weights' dtype for the call and the output comes back in
-``hidden_states``' dtype; routing weights that are neither float32 nor that dtype become float32.
+``hidden_states``' dtype; routing weights that are neither float32 nor that dtype become float32. Quantized weights
+(FP8, FP4 codes) leave the activations in their own dtype (bf16, f16 or f32; any other becomes f32).
 
 No moex backend has a backward pass yet: the forward runs whatever requires grad (an eval forward outside
 torch.no_grad() works), and a backward through it raises ``NotImplementedError`` naming the backend and the backends
@@ -40,15 +41,29 @@ def _stream_of(t: torch.Tensor) -> int:
     return _raw_stream(t.device.index) if _raw_stream else torch.cuda.current_stream(t.device).cuda_stream
 
 
-def _run(backend, x, ids, w, gate_up, down, gate_up_bias, down_bias, layout) -> torch.Tensor:
+_NO_SCALES = (None,) * 6
+_NO_QUANT = ("none", 128, 128, "", *_NO_SCALES)
+_FP4_CONTAINERS = tuple(t for t in (torch.uint8, torch.int8, getattr(torch, "float4_e2m1fn_x2", None)) if t is not None)
+_FP8 = torch.float8_e4m3fn
+_E4M3_SCALES = (torch.float8_e4m3fn,)
+
+
+def _run(backend, x, ids, w, gate_up, down, gate_up_bias, down_bias, layout, quant=_NO_QUANT) -> torch.Tensor:
     out = torch.empty((x.shape[0], x.shape[1]), dtype=x.dtype, device=x.device)
     if x.shape[0] == 0:
         return out
     if x.is_cuda and x.device.index != torch.cuda.current_device():
         with torch.cuda.device(x.device):
-            return _run(backend, x, ids, w, gate_up, down, gate_up_bias, down_bias, layout)
-    _moex.experts(backend, _dlpack(x), _dlpack(ids), _dlpack(w), _dlpack(gate_up), _dlpack(down),
-                  _dlpack(gate_up_bias), _dlpack(down_bias), _dlpack(out), *layout, _stream_of(x))
+            return _run(backend, x, ids, w, gate_up, down, gate_up_bias, down_bias, layout, quant)
+    if quant is _NO_QUANT:  # the bindings' defaults: weights in the activation dtype
+        _moex.experts(backend, _dlpack(x), _dlpack(ids), _dlpack(w), _dlpack(gate_up), _dlpack(down),
+                      _dlpack(gate_up_bias), _dlpack(down_bias), _dlpack(out), *layout, _stream_of(x))
+    else:
+        fmt, block_n, block_k, scheme, s0, s1, s2, s3, s4, s5 = quant
+        _moex.experts(backend, _dlpack(x), _dlpack(ids), _dlpack(w), _dlpack(gate_up), _dlpack(down),
+                      _dlpack(gate_up_bias), _dlpack(down_bias), _dlpack(out), *layout, _stream_of(x), 0, fmt,
+                      block_n, block_k, scheme, _dlpack(s0), _dlpack(s1), _dlpack(s2), _dlpack(s3), _dlpack(s4),
+                      _dlpack(s5))
     return out
 
 
@@ -56,17 +71,24 @@ def _run(backend, x, ids, w, gate_up, down, gate_up_bias, down_bias, layout) -> 
 def experts_op(hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
                gate_up_proj: torch.Tensor, down_proj: torch.Tensor, gate_up_bias: Optional[torch.Tensor],
                down_bias: Optional[torch.Tensor], backend: str, has_gate: bool, is_transposed: bool,
-               is_concatenated: bool, activation: str, gate: str, swiglu_alpha: float,
-               swiglu_limit: float) -> torch.Tensor:
-    """out (T, H) = sum_j top_k_weights[t, j] * f_{top_k_index[t, j]}(hidden_states[t]) through moex backend `backend`."""
+               is_concatenated: bool, activation: str, gate: str, swiglu_alpha: float, swiglu_limit: float,
+               quant: str = "none", block_n: int = 128, block_k: int = 128, activation_scheme: str = "",
+               gate_up_scale_inv: Optional[torch.Tensor] = None, down_scale_inv: Optional[torch.Tensor] = None,
+               gate_up_global_scale: Optional[torch.Tensor] = None, down_global_scale: Optional[torch.Tensor] = None,
+               gate_up_activation_scale: Optional[torch.Tensor] = None,
+               down_activation_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """out (T, H) = sum_j top_k_weights[t, j] * f_{top_k_index[t, j]}(hidden_states[t]) through moex backend `backend`
+    (quantized weights: `quant` and the scale companions, as moex_experts.experts takes them)."""
     layout = (has_gate, is_transposed, is_concatenated, activation, gate, swiglu_alpha, swiglu_limit)
+    q = (quant, block_n, block_k, activation_scheme, gate_up_scale_inv, down_scale_inv, gate_up_global_scale,
+         down_global_scale, gate_up_activation_scale, down_activation_scale)
     return _run(backend, hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, gate_up_bias, down_bias,
-                layout)
+                layout, q)
 
 
 @experts_op.register_fake
 def _(hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, gate_up_bias, down_bias, backend, has_gate,
-      is_transposed, is_concatenated, activation, gate, swiglu_alpha, swiglu_limit):
+      is_transposed, is_concatenated, activation, gate, swiglu_alpha, swiglu_limit, *quant):
     return hidden_states.new_empty((hidden_states.shape[0], hidden_states.shape[1]))
 
 
@@ -83,11 +105,25 @@ def _setup_context(ctx, inputs, output):
 torch.library.register_autograd("moex::experts", _no_backward, setup_context=_setup_context)
 
 
+def _quant_format(weight: torch.Tensor, scale_inv: Optional[torch.Tensor]) -> str:
+    """The format quantized weights of this dtype (and scale dtype) are in; "none" for weights in a float dtype."""
+    if weight.dtype == _FP8:
+        return "fp8"
+    if weight.dtype in _FP4_CONTAINERS:
+        return "nvfp4" if scale_inv is not None and scale_inv.dtype in _E4M3_SCALES else "mxfp4"
+    return "none"
+
+
 def experts(hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
             gate_up_proj: torch.Tensor, down_proj: torch.Tensor, gate_up_bias: Optional[torch.Tensor] = None,
             down_bias: Optional[torch.Tensor] = None, *, backend: str = "auto", has_gate: bool = True,
             is_transposed: bool = False, is_concatenated: bool = True, activation: str = "silu",
-            gate: str = "default", swiglu_alpha: float = 1.702, swiglu_limit: float = 7.0) -> torch.Tensor:
+            gate: str = "default", swiglu_alpha: float = 1.702, swiglu_limit: float = 7.0,
+            quant: Optional[str] = None, gate_up_scale_inv: Optional[torch.Tensor] = None,
+            down_scale_inv: Optional[torch.Tensor] = None, block_size=(128, 128),
+            activation_scheme: Optional[str] = None, gate_up_activation_scale: Optional[torch.Tensor] = None,
+            down_activation_scale: Optional[torch.Tensor] = None, gate_up_global_scale: Optional[torch.Tensor] = None,
+            down_global_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
     """One experts call of the Hugging Face contract on torch tensors (CPU or CUDA, any strides moex takes).
 
     hidden_states (T, H); top_k_index (T, k) int32/int64, ids outside [0, E) add exactly zero; top_k_weights (T, k);
@@ -96,16 +132,38 @@ def experts(hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weight
     activation: silu | gelu | gelu_pytorch_tanh | relu; gate: default (act(gate) * up) | gpt_oss (clamped SwiGLU with
     swiglu_alpha / swiglu_limit). backend: a moex backend name, or "auto" (the decode kernel for a few rows per
     expert, grouped GEMMs for many). Returns (T, H) in hidden_states' dtype.
+
+    Quantized weights (never transposed; transformers' FP8Experts layout): quant "fp8" | "mxfp4" | "nvfp4", or None
+    for the one the weights' dtype names (float8_e4m3fn: fp8; uint8 / int8 / float4_e2m1fn_x2 FP4 codes, two per
+    byte along K: mxfp4, nvfp4 when the scales are float8_e4m3fn), with each projection's scale_inv (the up one in
+    gate_up_scale_inv also when has_gate=False): fp8 (E, max(N / block_n, 2 for gate_up), K / block_k) float32 or
+    float8_e8m0fnu for block_size (block_n, block_k), (E, 1, 1) for block_size None (per-tensor); mxfp4 (E, N, K / 32)
+    ue8m0 (float8_e8m0fnu or uint8); nvfp4 (E, N, K / 16) e4m3 plus *_global_scale (E,) float32. activation_scheme:
+    None = dynamic for fp8 (each (row, block_k group) of a GEMM input to e4m3 with scale amax / 448), none for FP4
+    (weight-only); "static" takes *_activation_scale (E,) float32. The activations keep their dtype.
     """
     dtype = hidden_states.dtype
-    x = hidden_states if dtype == gate_up_proj.dtype else hidden_states.to(gate_up_proj.dtype)
+    fmt = quant if quant is not None else _quant_format(gate_up_proj, gate_up_scale_inv)
+    scales = (gate_up_scale_inv, down_scale_inv, gate_up_global_scale, down_global_scale, gate_up_activation_scale,
+              down_activation_scale)
+    if fmt == "none":
+        x = hidden_states if dtype == gate_up_proj.dtype or gate_up_proj.dtype not in _FLOAT_TYPES else \
+            hidden_states.to(gate_up_proj.dtype)  # codes without a format: moex's message says what is missing
+        given = activation_scheme is not None or scales != _NO_SCALES
+        q = ("none", 128, 128, activation_scheme or "", *scales) if given else _NO_QUANT  # the bindings refuse them
+    else:
+        x = hidden_states if dtype in _FLOAT_TYPES else hidden_states.float()
+        block_n, block_k = (0, 0) if block_size is None else (int(block_size[0]), int(block_size[1]))
+        q = (fmt, block_n, block_k, activation_scheme or "", *scales)
     w = top_k_weights if top_k_weights.dtype in (torch.float32, x.dtype) else top_k_weights.float()
     if torch.compiler.is_compiling() or (torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in (x, w, gate_up_proj, down_proj, gate_up_bias, down_bias))):
+            t is not None and t.requires_grad for t in (x, w, gate_up_proj, down_proj, gate_up_bias, down_bias,
+                                                        *q[4:]))):
         # The custom op: one node for torch.compile, and a backward that says it is missing.
         out = experts_op(x, top_k_index, w, gate_up_proj, down_proj, gate_up_bias, down_bias, backend, has_gate,
-                         is_transposed, is_concatenated, activation, gate, float(swiglu_alpha), float(swiglu_limit))
+                         is_transposed, is_concatenated, activation, gate, float(swiglu_alpha), float(swiglu_limit),
+                         *q)
     else:  # eager inference: the same call without the op dispatcher's cost (~100 µs on a slow core)
         layout = (has_gate, is_transposed, is_concatenated, activation, gate, float(swiglu_alpha), float(swiglu_limit))
-        out = _run(backend, x, top_k_index, w, gate_up_proj, down_proj, gate_up_bias, down_bias, layout)
+        out = _run(backend, x, top_k_index, w, gate_up_proj, down_proj, gate_up_bias, down_bias, layout, q)
     return out if out.dtype == dtype else out.to(dtype)
