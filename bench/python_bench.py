@@ -5,6 +5,7 @@
 # straight through the bindings (no transformers, no torch op), so the Python layer's cost is measured.
 """Usage: python3 bench/python_bench.py [--device cuda|cpu] [--shapes NAME,...] [--tokens 1,8,64,...]
                                      [--reps 20] [--json FILE] [--compile]
+       python3 bench/python_bench.py --overhead [--device cpu|cuda] [--overhead-rounds 200]
 
 Each row: median µs of `module(hidden_states, top_k_index, top_k_weights)` of a Qwen3MoeExperts module built with
 the shape's (H, I, E) and bf16 random weights N(0, 0.02), uniform random top-k routing rotated over 8 sets (CUDA
@@ -15,6 +16,14 @@ transformers' batched_mm copies every routed expert's weights and is skipped pas
 --compile adds `<impl>+compile` rows: torch.compile(module, fullgraph=True) of transformers' grouped_mm and
 batched_mm and of "moex", in the seed's modes (grouped_mm: default and max-autotune-no-cudagraphs; batched_mm and
 moex: default and reduce-overhead; on the CPU the default mode only). Compilation is not timed.
+--overhead measures the Python layer alone instead, at T = 1 on a tiny shape (H 64, I 32, E 8, k 2, float32, one
+process): the thread CPU time of `module(x, ids, w)` with moex_batched_mm, with a no-op implementation registered
+in ExpertsInterface (transformers' own dispatch: nn.Module call, decorator, interface lookup) and of the direct
+bindings (capsules into a given output, and torch tensors with the output allocated; the cheaper counts; one moex
+thread in all; the module's call reaches it through a Python lambda, ~0.1 µs counted as
+ours), each the minimum over --overhead-rounds alternating batches of 1000 calls (robust to other work on the
+machine); ours = moex - no-op - direct. The same with the C++ call replaced by a Python no-op ("stubbed") leaves
+only Python: ours = moex - no-op there.
 """
 import argparse
 import json
@@ -223,6 +232,71 @@ def table(rows):
         print(f"{shape:<18} {T:>6} {cells}  {ratio}", file=sys.stderr)
 
 
+def overhead(args):
+    """The Python layer's cost per call (see --overhead above), as JSON rows and a short table."""
+    from transformers.integrations.moe import ExpertsInterface
+
+    import moex_experts.ops as ops
+
+    torch.set_grad_enabled(False)
+    device = args.device
+    gen = torch.Generator().manual_seed(0)
+    module, noop = (Qwen3MoeExperts(Qwen3MoeConfig(hidden_size=64, moe_intermediate_size=32, num_experts=8,
+                                                   num_experts_per_tok=2)).to(device) for _ in range(2))
+    for m in (module, noop):
+        for p in m.parameters():
+            p.data.copy_(torch.randn(p.shape, generator=gen) * 0.1)
+    x = torch.randn(1, 64, generator=gen).to(device)
+    ids, w = torch.tensor([[1, 5]], device=device), torch.tensor([[0.75, 0.25]], device=device)
+    out = torch.empty_like(x)
+    up, down = module.gate_up_proj, module.down_proj
+    dl = torch._C._to_dlpack
+    stream = torch.cuda.current_stream().cuda_stream if device == "cuda" else 0
+    ExpertsInterface.register("bench_noop", lambda self, x, ids, w, **kwargs: x)
+    module.config._experts_implementation = "moex_batched_mm"
+    noop.config._experts_implementation = "bench_noop"
+    real, real_tensors = _moex.experts, getattr(_moex, "experts_tensors", None)
+
+    class Stub:  # moex_experts._moex with the experts calls Python no-ops (the tensors one returns x as its output)
+        experts = staticmethod(lambda *a, **k: None)
+        experts_tensors = staticmethod(lambda *a, **k: a[1])
+
+    class OneThread:  # the real calls on one moex thread (a pool's wake-ups would depend on the time between calls)
+        experts = staticmethod(lambda *a: real(*a, 1))  # after the stream: num_threads
+        experts_tensors = staticmethod(lambda *a: real_tensors(*a, 1))  # after the layout: num_threads
+
+    calls = {
+        "moex_batched_mm": lambda: module(x, ids, w),
+        "noop": lambda: noop(x, ids, w),
+        "direct": lambda: real("batched_mm", dl(x), dl(ids), dl(w), dl(up), dl(down), None, None, dl(out),
+                               stream=stream, num_threads=1),
+    }
+    if real_tensors is not None:  # torch tensors straight in, the output allocated by the bindings
+        layout = (True, False, True, "silu", "default", 1.702, 7.0)  # what moex_experts passes for this module
+        calls["direct_tensors"] = lambda: real_tensors("batched_mm", x, ids, w, up, down, None, None, *layout, 1)
+    for mode in ("real", "stubbed"):
+        ops._moex = OneThread() if mode == "real" else Stub()
+        best = {name: float("inf") for name in calls}
+        for fn in calls.values():
+            fn()
+        for _ in range(args.overhead_rounds):
+            for name, fn in calls.items():
+                t0 = time.thread_time_ns()
+                for _ in range(1000):
+                    fn()
+                best[name] = min(best[name], (time.thread_time_ns() - t0) / 1e6)  # µs per call
+        ops._moex = _moex
+        direct = min(v for k, v in best.items() if k.startswith("direct"))  # the cheapest direct call
+        ours = best["moex_batched_mm"] - best["noop"] - (direct if mode == "real" else 0.0)
+        print(json.dumps(dict(kind="overhead", mode=mode, device=device, **{f"{k}_us": round(v, 3)
+                                                                            for k, v in best.items()},
+                              ours_us=round(ours, 3))), flush=True)
+        tensors = f" / tensors {best['direct_tensors']:6.2f}" if "direct_tensors" in best else ""
+        print(f"{mode:8s} module+moex {best['moex_batched_mm']:6.2f} us  transformers no-op {best['noop']:6.2f} us  "
+              f"direct binding {best['direct']:6.2f}{tensors} us  -> Python layer (ours) {ours:6.2f} us",
+              file=sys.stderr)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -233,6 +307,8 @@ def main():
     ap.add_argument("--max-batched-gb", type=float, default=20.0)
     ap.add_argument("--json", help="append JSON lines to this file")
     ap.add_argument("--compile", action="store_true", help="add torch.compile rows (see above)")
+    ap.add_argument("--overhead", action="store_true", help="measure the Python layer alone (see above)")
+    ap.add_argument("--overhead-rounds", type=int, default=200)
     args = ap.parse_args()
     args.tokens = [int(t) for t in (args.tokens or ("1,8,64,512,4096,16384" if args.device == "cuda"
                                                    else "1,8,64,512,1024")).split(",")]
@@ -241,6 +317,8 @@ def main():
     print(json.dumps(dict(kind="machine", device=torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
                           torch=torch.__version__, transformers=transformers.__version__,
                           moex_backends=moex_hf.registered_names())), flush=True)
+    if args.overhead:
+        return overhead(args)
     rows = []
     for name, H, I, E, k in model_shapes():
         if wanted is None or name in wanted:

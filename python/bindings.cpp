@@ -58,36 +58,53 @@ DType dtype_of(const nb::dlpack::dtype& d, const char* name, bool bytes) {
     fail(ErrorCode::kInvalidArgument, std::string(name) + ": unsupported element type " + type);
 }
 
-TensorView view_of(const Array& a, const char* name, bool bytes = false) {
-    MOEX_REQUIRE(a.ndim() <= size_t(kMaxDims), ErrorCode::kInvalidArgument,
-                 std::string(name) + ": " + std::to_string(a.ndim()) + " dimensions; at most " +
+// A DLPack tensor as a moex view (strides in elements; none given = row-major, as DLPack says).
+TensorView view_of(const nb::dlpack::dltensor& t, const char* name, bool bytes = false) {
+    MOEX_REQUIRE(t.ndim >= 0 && t.ndim <= kMaxDims, ErrorCode::kInvalidArgument,
+                 std::string(name) + ": " + std::to_string(t.ndim) + " dimensions; at most " +
                      std::to_string(kMaxDims) + " are supported");
-    const int32_t dev = a.device_type();
+    const int32_t dev = t.device.device_type;
     MOEX_REQUIRE(
         dev == nb::device::cpu::value || dev == nb::device::cuda::value, ErrorCode::kInvalidArgument,
         std::string(name) + ": DLPack device type " + std::to_string(dev) + "; moex takes CPU and CUDA memory");
     TensorView v;
-    v.data = a.data();
-    v.dtype = dtype_of(a.dtype(), name, bytes);
+    v.data = static_cast<char*>(t.data) + t.byte_offset;
+    v.dtype = dtype_of(t.dtype, name, bytes);
     v.device = dev == nb::device::cuda::value ? Device::kCUDA : Device::kCPU;
-    v.device_index = int(a.device_id());
-    v.ndim = int(a.ndim());
-    for (size_t d = 0; d < a.ndim(); ++d) v.shape[d] = int64_t(a.shape(d)), v.strides[d] = int64_t(a.stride(d));
+    v.device_index = int(t.device.device_id);
+    v.ndim = int(t.ndim);
+    int64_t row_major = 1;
+    for (int d = v.ndim - 1; d >= 0; --d) {
+        v.shape[d] = t.shape[d];
+        v.strides[d] = t.strides ? t.strides[d] : row_major;
+        row_major *= t.shape[d];
+    }
     return v;
 }
 
-TensorView optional_view(const std::optional<Array>& a, const char* name) {
-    return a ? view_of(*a, name) : TensorView{};
+TensorView view_of(const Array& a, const char* name, bool bytes = false) {
+    MOEX_REQUIRE(a.ndim() <= size_t(kMaxDims), ErrorCode::kInvalidArgument,
+                 std::string(name) + ": " + std::to_string(a.ndim()) + " dimensions; at most " +
+                     std::to_string(kMaxDims) + " are supported");
+    nb::dlpack::dltensor t;
+    int64_t shape[kMaxDims], strides[kMaxDims];
+    t.data = const_cast<void*>(a.data());
+    t.device = {a.device_type(), a.device_id()};
+    t.ndim = int32_t(a.ndim());
+    t.dtype = a.dtype();
+    for (size_t d = 0; d < a.ndim(); ++d) shape[d] = int64_t(a.shape(d)), strides[d] = int64_t(a.stride(d));
+    t.shape = shape;
+    t.strides = strides;
+    return view_of(t, name, bytes);
 }
 
-// A view handed to a Python backend, as a torch tensor when torch is there (else a NumPy-style DLPack array).
-nb::object to_python(const TensorView& v) {
-    if (!v.defined()) return nb::none();
+// moex's element type as DLPack names it.
+nb::dlpack::dtype dl_dtype(DType t) {
     nb::dlpack::dtype dt{};
     dt.lanes = 1;
-    dt.bits = uint8_t(dtype_size(v.dtype) * 8);
+    dt.bits = uint8_t(dtype_size(t) * 8);
     using Code = nb::dlpack::dtype_code;
-    switch (v.dtype) {
+    switch (t) {
         case DType::kBF16: dt.code = uint8_t(Code::Bfloat); break;
         case DType::kF16:
         case DType::kF32:
@@ -98,11 +115,20 @@ nb::object to_python(const TensorView& v) {
         case DType::kUE8M0: dt.code = uint8_t(Code::Float8_E8M0FNU); break;
         case DType::kU8: dt.code = uint8_t(Code::UInt); break;
     }
+    return dt;
+}
+
+int32_t dl_device(Device d) { return d == Device::kCUDA ? nb::device::cuda::value : nb::device::cpu::value; }
+
+// A view handed to a Python backend, as a torch tensor when torch is there (else a NumPy-style DLPack array).
+nb::object to_python(const TensorView& v) {
+    if (!v.defined()) return nb::none();
+    const nb::dlpack::dtype dt = dl_dtype(v.dtype);
     size_t shape[kMaxDims];
     int64_t strides[kMaxDims];
     for (int d = 0; d < v.ndim; ++d) shape[d] = size_t(v.shape[d]), strides[d] = v.strides[d];
-    const int device = v.device == Device::kCUDA ? nb::device::cuda::value : nb::device::cpu::value;
-    nb::ndarray<nb::pytorch> a(v.data, size_t(v.ndim), shape, nb::handle(), strides, dt, device, v.device_index);
+    nb::ndarray<nb::pytorch> a(v.data, size_t(v.ndim), shape, nb::handle(), strides, dt, dl_device(v.device),
+                               v.device_index);
     return nb::cast(a, nb::rv_policy::reference);  // a view of moex's memory, never a copy
 }
 
@@ -114,70 +140,78 @@ struct Layout {
     float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;
 };
 
-// Quantized weights (moex/quant.h) as the call takes them: the format's name, the fp8 block (0 x 0: per-tensor), the
-// activation scheme ("" = the format's default: dynamic for fp8, none for FP4) and each projection's companions.
+// Quantized weights (moex/quant.h) as the call takes them: the format's name, the fp8 block (0 x 0: per-tensor) and
+// the activation scheme ("" = the format's default: dynamic for fp8, none for FP4); the companions are arguments.
 struct Quant {
     std::string format = "none";
     int64_t block_n = 128, block_k = 128;
     std::string activation_scheme;
-    std::optional<Array> up_scale_inv, down_scale_inv, up_global_scale, down_global_scale, up_activation_scale,
-        down_activation_scale;
 };
 
-// ExpertsProblem::quant as a problem file fills it (src/io/problem_file.cpp); the shapes, dtypes and presence of the
-// companions are left to ExpertsProblem::validate, whose messages name them.
-void fill_quant(ExpertsProblem& p, const Quant& q, const char* up) {
+// The call's tensor arguments, in the order view(i, name, bytes) takes them.
+enum Arg : int {
+    kX,
+    kIds,
+    kWeights,
+    kUp,
+    kDown,
+    kUpBias,
+    kDownBias,
+    kUpScale,
+    kDownScale,
+    kUpGlobal,
+    kDownGlobal,
+    kUpActScale,
+    kDownActScale,
+    kArgs
+};
+
+// ExpertsProblem (with ExpertsProblem::quant as a problem file fills it, src/io/problem_file.cpp) from the call's
+// arguments; view(arg, name, bytes) gives argument `arg` as a view (undefined when it is None). Shapes, dtypes and
+// the presence of the companions are left to ExpertsProblem::validate, whose messages name them.
+template <class View>
+ExpertsProblem problem_of(View&& view, const Layout& l, const Quant& q) {
+    ExpertsProblem p;
+    const char* up = l.has_gate ? "gate_up_proj" : "up_proj";
+    static const char* const kCompanions[2][kArgs - kUpScale] = {
+        {"up_proj_scale_inv", "down_proj_scale_inv", "up_proj_global_scale", "down_proj_global_scale",
+         "up_proj_activation_scale", "down_proj_activation_scale"},
+        {"gate_up_proj_scale_inv", "down_proj_scale_inv", "gate_up_proj_global_scale", "down_proj_global_scale",
+         "gate_up_proj_activation_scale", "down_proj_activation_scale"}};
+    const char* const* companion = kCompanions[l.has_gate ? 1 : 0];
     const auto format = quant_format_from_name(q.format);
     MOEX_REQUIRE(format.has_value(), ErrorCode::kInvalidArgument,
                  "unknown quant `" + q.format + "`; valid: none, fp8 (fp8_block), mxfp4, nvfp4");
-    const std::string u = up;
     if (*format == QuantFormat::kNone) {
-        const std::pair<const std::optional<Array>*, std::string> given[] = {
-            {&q.up_scale_inv, u + "_scale_inv"},
-            {&q.down_scale_inv, "down_proj_scale_inv"},
-            {&q.up_global_scale, u + "_global_scale"},
-            {&q.down_global_scale, "down_proj_global_scale"},
-            {&q.up_activation_scale, u + "_activation_scale"},
-            {&q.down_activation_scale, "down_proj_activation_scale"}};
-        for (const auto& [t, name] : given)
-            MOEX_REQUIRE(!t->has_value(), ErrorCode::kInvalidArgument,
-                         name + " is given but quant is none (the weights are in the activation dtype)");
+        for (int a = kUpScale; a < kArgs; ++a)
+            MOEX_REQUIRE(!view(a, companion[a - kUpScale], false).defined(), ErrorCode::kInvalidArgument,
+                         std::string(companion[a - kUpScale]) +
+                             " is given but quant is none (the weights are in the activation dtype)");
         MOEX_REQUIRE(q.activation_scheme.empty() || q.activation_scheme == "none", ErrorCode::kInvalidArgument,
                      "activation_scheme " + q.activation_scheme + " is given but quant is none");
-        return;
+    } else {
+        ExpertsQuant& e = p.quant;
+        e.format = *format;
+        e.block_n = q.block_n, e.block_k = q.block_k;
+        const std::string scheme = !q.activation_scheme.empty()   ? q.activation_scheme
+                                   : *format == QuantFormat::kFp8 ? "dynamic"
+                                                                  : "none";
+        const auto act = activation_quant_from_name(scheme);
+        MOEX_REQUIRE(act.has_value(), ErrorCode::kInvalidArgument,
+                     "unknown activation_scheme `" + scheme + "`; valid: none, dynamic, static");
+        e.activations = *act;
+        TensorView* slots[] = {&e.gate_up.scale_inv, &e.down.scale_inv,           &e.gate_up.global_scale,
+                               &e.down.global_scale, &e.gate_up.activation_scale, &e.down.activation_scale};
+        for (int a = kUpScale; a < kArgs; ++a) *slots[a - kUpScale] = view(a, companion[a - kUpScale], false);
     }
-    ExpertsQuant& e = p.quant;
-    e.format = *format;
-    e.block_n = q.block_n, e.block_k = q.block_k;
-    const std::string scheme = !q.activation_scheme.empty()   ? q.activation_scheme
-                               : *format == QuantFormat::kFp8 ? "dynamic"
-                                                              : "none";
-    const auto act = activation_quant_from_name(scheme);
-    MOEX_REQUIRE(act.has_value(), ErrorCode::kInvalidArgument,
-                 "unknown activation_scheme `" + scheme + "`; valid: none, dynamic, static");
-    e.activations = *act;
-    e.gate_up.scale_inv = optional_view(q.up_scale_inv, (u + "_scale_inv").c_str());
-    e.down.scale_inv = optional_view(q.down_scale_inv, "down_proj_scale_inv");
-    e.gate_up.global_scale = optional_view(q.up_global_scale, (u + "_global_scale").c_str());
-    e.down.global_scale = optional_view(q.down_global_scale, "down_proj_global_scale");
-    e.gate_up.activation_scale = optional_view(q.up_activation_scale, (u + "_activation_scale").c_str());
-    e.down.activation_scale = optional_view(q.down_activation_scale, "down_proj_activation_scale");
-}
-
-ExpertsProblem problem_of(const Array& x, const Array& ids, const Array& weights, const Array& gate_up,
-                          const Array& down, const std::optional<Array>& gate_up_bias,
-                          const std::optional<Array>& down_bias, const Layout& l, const Quant& q) {
-    ExpertsProblem p;
-    const char* up = l.has_gate ? "gate_up_proj" : "up_proj";
-    fill_quant(p, q, up);
     const bool fp4 = p.quant.fp4();
-    p.hidden_states = view_of(x, "hidden_states");
-    p.top_k_index = view_of(ids, "top_k_index");
-    p.top_k_weights = view_of(weights, "top_k_weights");
-    p.gate_up_proj = view_of(gate_up, up, fp4);
-    p.down_proj = view_of(down, "down_proj", fp4);
-    p.gate_up_bias = optional_view(gate_up_bias, l.has_gate ? "gate_up_proj_bias" : "up_proj_bias");
-    p.down_bias = optional_view(down_bias, "down_proj_bias");
+    p.hidden_states = view(kX, "hidden_states", false);
+    p.top_k_index = view(kIds, "top_k_index", false);
+    p.top_k_weights = view(kWeights, "top_k_weights", false);
+    p.gate_up_proj = view(kUp, up, fp4);
+    p.down_proj = view(kDown, "down_proj", fp4);
+    p.gate_up_bias = view(kUpBias, l.has_gate ? "gate_up_proj_bias" : "up_proj_bias", false);
+    p.down_bias = view(kDownBias, "down_proj_bias", false);
     p.has_gate = l.has_gate;
     p.is_transposed = l.is_transposed;
     p.is_concatenated = l.is_concatenated;
@@ -202,6 +236,18 @@ std::string auto_backend(const ExpertsProblem& p) {
     return rows <= 8 * p.k() ? "batched_mm" : "grouped_mm";
 }
 
+void run_backend(const std::string& backend, const ExpertsProblem& p, const TensorView& out, uintptr_t stream,
+                 int num_threads) {
+    RunOptions options;
+    options.num_threads = num_threads;
+    options.cuda_stream = reinterpret_cast<void*>(stream);
+    const std::string name = backend == "auto" ? auto_backend(p) : backend;
+    const Backend& b = ExpertsInterface::global().get(name);
+    nb::gil_scoped_release release;  // CPU calls take long; a Python backend takes the GIL back itself
+    b.run(p, out, options);
+}
+
+// The call on DLPack arrays (capsules, NumPy, anything nanobind imports), into `out`.
 void experts(const std::string& backend, const Array& x, const Array& ids, const Array& weights, const Array& gate_up,
              const Array& down, const std::optional<Array>& gate_up_bias, const std::optional<Array>& down_bias,
              const Array& out, bool has_gate, bool is_transposed, bool is_concatenated, const std::string& activation,
@@ -211,17 +257,138 @@ void experts(const std::string& backend, const Array& x, const Array& ids, const
              const std::optional<Array>& up_global_scale, const std::optional<Array>& down_global_scale,
              const std::optional<Array>& up_activation_scale, const std::optional<Array>& down_activation_scale) {
     const Layout layout{has_gate, is_transposed, is_concatenated, activation, gate, swiglu_alpha, swiglu_limit};
-    const Quant q{quant,          block_n,         block_k,           activation_scheme,   up_scale_inv,
-                  down_scale_inv, up_global_scale, down_global_scale, up_activation_scale, down_activation_scale};
-    const ExpertsProblem p = problem_of(x, ids, weights, gate_up, down, gate_up_bias, down_bias, layout, q);
-    const TensorView o = view_of(out, "out");
-    RunOptions options;
-    options.num_threads = num_threads;
-    options.cuda_stream = reinterpret_cast<void*>(stream);
-    const std::string name = backend == "auto" ? auto_backend(p) : backend;
-    const Backend& b = ExpertsInterface::global().get(name);
-    nb::gil_scoped_release release;  // CPU calls take long; a Python backend takes the GIL back itself
-    b.run(p, o, options);
+    const Array* required[] = {&x, &ids, &weights, &gate_up, &down};
+    const std::optional<Array>* optional[] = {
+        &gate_up_bias,    &down_bias,         &up_scale_inv,        &down_scale_inv,
+        &up_global_scale, &down_global_scale, &up_activation_scale, &down_activation_scale};
+    auto view = [&](int a, const char* name, bool bytes) {
+        if (a < kUpBias) return view_of(*required[a], name, bytes);
+        const std::optional<Array>& o = *optional[a - kUpBias];
+        return o ? view_of(*o, name, bytes) : TensorView{};
+    };
+    const ExpertsProblem p = problem_of(view, layout, Quant{quant, block_n, block_k, activation_scheme});
+    run_backend(backend, p, view_of(out, "out"), stream, num_threads);
+}
+
+// ---- torch tensors through the DLPack C exchange API -----------------------------------------------------------
+// DLPack 1.x's `type(tensor).__dlpack_c_exchange_api__` (torch >= 2.10): a PyCapsule "dlpack_exchange_api" holding
+// C entry points that describe a tensor object in place (no capsule per tensor), allocate a tensor of the framework
+// and name its current stream. The layout below is DLPack's ABI (dlpack.h, DLPackExchangeAPI, major version 1).
+
+struct DLPackVersion {
+    uint32_t major, minor;
+};
+struct ManagedTensorVersioned {
+    DLPackVersion version;
+    void* manager_ctx;
+    void (*deleter)(ManagedTensorVersioned*);
+    uint64_t flags;
+    nb::dlpack::dltensor dl_tensor;
+};
+using SetError = void (*)(void* ctx, const char* kind, const char* message);
+struct ExchangeApi {
+    DLPackVersion version;
+    const void* prev_api;
+    int (*allocate)(nb::dlpack::dltensor* prototype, ManagedTensorVersioned** out, void* error_ctx, SetError set_error);
+    int (*managed_from_object)(void* object, ManagedTensorVersioned** out);
+    int (*managed_to_object)(ManagedTensorVersioned* tensor, void** object);
+    int (*dltensor_from_object)(void* object, nb::dlpack::dltensor* out);
+    int (*current_work_stream)(int32_t device_type, int32_t device_id, void** stream);
+};
+
+// The exchange API of `object`'s type, or nullptr (looked up once per type: a tensor and a Parameter are two).
+const ExchangeApi* exchange_api(nb::handle object) {
+    static std::vector<std::pair<PyTypeObject*, const ExchangeApi*>> seen;
+    PyTypeObject* type = Py_TYPE(object.ptr());
+    for (const auto& [t, api] : seen)
+        if (t == type) return api;
+    const ExchangeApi* api = nullptr;
+    PyObject* capsule = PyObject_GetAttrString(reinterpret_cast<PyObject*>(type), "__dlpack_c_exchange_api__");
+    if (capsule == nullptr) {
+        PyErr_Clear();
+    } else {
+        api = static_cast<const ExchangeApi*>(PyCapsule_GetPointer(capsule, "dlpack_exchange_api"));
+        if (api == nullptr) PyErr_Clear();
+        Py_DECREF(capsule);
+        if (api && (api->version.major != 1 || !api->dltensor_from_object || !api->allocate ||
+                    !api->managed_to_object || !api->current_work_stream))
+            api = nullptr;
+    }
+    seen.emplace_back(type, api);
+    return api;
+}
+
+TensorView torch_view(nb::handle object, const char* name, bool bytes) {
+    if (object.is_none()) return TensorView{};
+    const ExchangeApi* api = exchange_api(object);
+    MOEX_REQUIRE(api != nullptr, ErrorCode::kInvalidArgument,
+                 std::string(name) + ": " + Py_TYPE(object.ptr())->tp_name +
+                     " has no DLPack C exchange API (__dlpack_c_exchange_api__); pass torch tensors");
+    nb::dlpack::dltensor t;
+    if (api->dltensor_from_object(object.ptr(), &t) != 0) throw nb::python_error();
+    return view_of(t, name, bytes);
+}
+
+void set_allocation_error(void* ctx, const char* kind, const char* message) {
+    *static_cast<std::string*>(ctx) = std::string(kind) + ": " + message;
+}
+
+// The call on torch tensors (or any type with the exchange API): the output (T, H) in the dtype of hidden_states is
+// allocated by the framework and returned; CUDA work goes on its current stream.
+nb::object experts_tensors(const std::string& backend, nb::handle x, nb::handle ids, nb::handle weights,
+                           nb::handle gate_up, nb::handle down, nb::handle gate_up_bias, nb::handle down_bias,
+                           bool has_gate, bool is_transposed, bool is_concatenated, const std::string& activation,
+                           const std::string& gate, float swiglu_alpha, float swiglu_limit, int num_threads,
+                           const std::string& quant, int64_t block_n, int64_t block_k,
+                           const std::string& activation_scheme, nb::handle up_scale_inv, nb::handle down_scale_inv,
+                           nb::handle up_global_scale, nb::handle down_global_scale, nb::handle up_activation_scale,
+                           nb::handle down_activation_scale) {
+    const Layout layout{has_gate, is_transposed, is_concatenated, activation, gate, swiglu_alpha, swiglu_limit};
+    const nb::handle args[kArgs] = {x,
+                                    ids,
+                                    weights,
+                                    gate_up,
+                                    down,
+                                    gate_up_bias,
+                                    down_bias,
+                                    up_scale_inv,
+                                    down_scale_inv,
+                                    up_global_scale,
+                                    down_global_scale,
+                                    up_activation_scale,
+                                    down_activation_scale};
+    for (int a = kX; a < kUpBias; ++a)
+        MOEX_REQUIRE(!args[a].is_none(), ErrorCode::kInvalidArgument,
+                     "experts_tensors: argument " + std::to_string(a) + " is None");
+    auto view = [&](int a, const char* name, bool bytes) { return torch_view(args[a], name, bytes); };
+    const ExpertsProblem p = problem_of(view, layout, Quant{quant, block_n, block_k, activation_scheme});
+
+    // The output: (T, H) like hidden_states ((0, 0) for an x moex refuses by name before it looks at out).
+    const TensorView& hs = p.hidden_states;
+    const ExchangeApi* api = exchange_api(x);
+    int64_t shape[2] = {hs.ndim == 2 ? hs.shape[0] : 0, hs.ndim == 2 ? hs.shape[1] : 0};
+    nb::dlpack::dltensor prototype;
+    prototype.device = {dl_device(hs.device), int32_t(hs.device_index)};
+    prototype.dtype = dl_dtype(hs.dtype);
+    prototype.ndim = 2;
+    prototype.shape = shape;
+    ManagedTensorVersioned* managed = nullptr;
+    std::string error;
+    if (api->allocate(&prototype, &managed, &error, set_allocation_error) != 0 || managed == nullptr)
+        fail(ErrorCode::kInvalidArgument, "could not allocate the output: " + error);
+    const TensorView out = view_of(managed->dl_tensor, "out");
+    void* object = nullptr;
+    if (api->managed_to_object(managed, &object) != 0) {  // ownership passed in either case
+        throw nb::python_error();
+    }
+    nb::object result = nb::steal(static_cast<PyObject*>(object));
+    if (hs.ndim == 2 && hs.shape[0] == 0) return result;  // T = 0: nothing to compute
+    void* stream = nullptr;
+    if (hs.device == Device::kCUDA &&
+        api->current_work_stream(prototype.device.device_type, prototype.device.device_id, &stream) != 0)
+        throw nb::python_error();
+    run_backend(backend, p, out, reinterpret_cast<uintptr_t>(stream), num_threads);
+    return result;
 }
 
 // ---- the registry ----------------------------------------------------------------------------------------------
@@ -470,6 +637,17 @@ NB_MODULE(_moex, m) {
         "(fp8: float32 | float8_e8m0fnu per block_n x block_k block, 0 x 0 = per-tensor; mxfp4: ue8m0 per 32; nvfp4: "
         "e4m3 per 16 plus a float32 global scale per expert) and, for activation_scheme static, an (E,) float32 "
         "activation scale per projection.");
+    m.def("experts_tensors", &experts_tensors, "backend"_a, "hidden_states"_a, "top_k_index"_a, "top_k_weights"_a,
+          "gate_up_proj"_a, "down_proj"_a, "gate_up_bias"_a.none(), "down_bias"_a.none(), "has_gate"_a = true,
+          "is_transposed"_a = false, "is_concatenated"_a = true, "activation"_a = "silu", "gate"_a = "default",
+          "swiglu_alpha"_a = 1.702f, "swiglu_limit"_a = 7.0f, "num_threads"_a = 0, "quant"_a = "none",
+          "block_n"_a = 128, "block_k"_a = 128, "activation_scheme"_a = "", "gate_up_scale_inv"_a.none() = nb::none(),
+          "down_scale_inv"_a.none() = nb::none(), "gate_up_global_scale"_a.none() = nb::none(),
+          "down_global_scale"_a.none() = nb::none(), "gate_up_activation_scale"_a.none() = nb::none(),
+          "down_activation_scale"_a.none() = nb::none(),
+          "experts() on torch tensors read through DLPack's C exchange API (no capsule per tensor): returns the "
+          "output (T, H) in hidden_states' dtype, allocated by torch; CUDA work goes on torch's current stream.");
+    m.attr("has_exchange_api") = true;
     m.def(
         "backends",
         [] {

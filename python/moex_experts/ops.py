@@ -35,9 +35,7 @@ def _dlpack(t):
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
-def _stream_of(t: torch.Tensor) -> int:
-    if not t.is_cuda:
-        return 0
+def _cuda_stream(t: torch.Tensor) -> int:
     return _raw_stream(t.device.index) if _raw_stream else torch.cuda.current_stream(t.device).cuda_stream
 
 
@@ -48,22 +46,36 @@ _FP8 = torch.float8_e4m3fn
 _E4M3_SCALES = (torch.float8_e4m3fn,)
 
 
+# torch >= 2.10 describes a tensor to C through DLPack's exchange API (type(t).__dlpack_c_exchange_api__): the
+# bindings then read every tensor in place and allocate the output through torch, with no capsule per tensor and no
+# torch.empty from Python (a third of the Python layer's cost at T = 1 on the CPU). Older torch: capsules.
+_EXCHANGE = hasattr(torch.Tensor, "__dlpack_c_exchange_api__") and hasattr(_moex, "experts_tensors")
+
+
 def _run(backend, x, ids, w, gate_up, down, gate_up_bias, down_bias, layout, quant=_NO_QUANT) -> torch.Tensor:
-    out = torch.empty((x.shape[0], x.shape[1]), dtype=x.dtype, device=x.device)
-    if x.shape[0] == 0:
-        return out
     if x.is_cuda and x.device.index != torch.cuda.current_device():
         with torch.cuda.device(x.device):
             return _run(backend, x, ids, w, gate_up, down, gate_up_bias, down_bias, layout, quant)
-    if quant is _NO_QUANT:  # the bindings' defaults: weights in the activation dtype
-        _moex.experts(backend, _dlpack(x), _dlpack(ids), _dlpack(w), _dlpack(gate_up), _dlpack(down),
-                      _dlpack(gate_up_bias), _dlpack(down_bias), _dlpack(out), *layout, _stream_of(x))
+    if _EXCHANGE:
+        if quant is _NO_QUANT:  # the bindings' defaults: weights in the activation dtype
+            return _moex.experts_tensors(backend, x, ids, w, gate_up, down, gate_up_bias, down_bias, *layout)
+        return _moex.experts_tensors(backend, x, ids, w, gate_up, down, gate_up_bias, down_bias, *layout, 0, *quant)
+    # empty_like is half the cost of torch.empty(shape, dtype=, device=) and gives the (T, H) row-major output for
+    # the (T, H) row-major x that moex takes (any other x is refused by moex's validation, before it reads out).
+    out = torch.empty_like(x) if x.dim() == 2 else x.new_empty((0, 0))
+    if x.dim() == 2 and x.shape[0] == 0:
+        return out
+    stream = _cuda_stream(x) if x.is_cuda else 0
+    ub = None if gate_up_bias is None else _to_dlpack(gate_up_bias)
+    db = None if down_bias is None else _to_dlpack(down_bias)
+    if quant is _NO_QUANT:
+        _moex.experts(backend, _to_dlpack(x), _to_dlpack(ids), _to_dlpack(w), _to_dlpack(gate_up), _to_dlpack(down),
+                      ub, db, _to_dlpack(out), *layout, stream)
     else:
         fmt, block_n, block_k, scheme, s0, s1, s2, s3, s4, s5 = quant
-        _moex.experts(backend, _dlpack(x), _dlpack(ids), _dlpack(w), _dlpack(gate_up), _dlpack(down),
-                      _dlpack(gate_up_bias), _dlpack(down_bias), _dlpack(out), *layout, _stream_of(x), 0, fmt,
-                      block_n, block_k, scheme, _dlpack(s0), _dlpack(s1), _dlpack(s2), _dlpack(s3), _dlpack(s4),
-                      _dlpack(s5))
+        _moex.experts(backend, _to_dlpack(x), _to_dlpack(ids), _to_dlpack(w), _to_dlpack(gate_up), _to_dlpack(down),
+                      ub, db, _to_dlpack(out), *layout, stream, 0, fmt, block_n, block_k, scheme, _dlpack(s0),
+                      _dlpack(s1), _dlpack(s2), _dlpack(s3), _dlpack(s4), _dlpack(s5))
     return out
 
 
@@ -142,28 +154,42 @@ def experts(hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weight
     None = dynamic for fp8 (each (row, block_k group) of a GEMM input to e4m3 with scale amax / 448), none for FP4
     (weight-only); "static" takes *_activation_scale (E,) float32. The activations keep their dtype.
     """
-    dtype = hidden_states.dtype
     fmt = quant if quant is not None else _quant_format(gate_up_proj, gate_up_scale_inv)
     scales = (gate_up_scale_inv, down_scale_inv, gate_up_global_scale, down_global_scale, gate_up_activation_scale,
               down_activation_scale)
     if fmt == "none":
-        x = hidden_states if dtype == gate_up_proj.dtype or gate_up_proj.dtype not in _FLOAT_TYPES else \
-            hidden_states.to(gate_up_proj.dtype)  # codes without a format: moex's message says what is missing
         given = activation_scheme is not None or scales != _NO_SCALES
         q = ("none", 128, 128, activation_scheme or "", *scales) if given else _NO_QUANT  # the bindings refuse them
     else:
-        x = hidden_states if dtype in _FLOAT_TYPES else hidden_states.float()
         block_n, block_k = (0, 0) if block_size is None else (int(block_size[0]), int(block_size[1]))
         q = (fmt, block_n, block_k, activation_scheme or "", *scales)
-    w = top_k_weights if top_k_weights.dtype in (torch.float32, x.dtype) else top_k_weights.float()
+    layout = (has_gate, is_transposed, is_concatenated, activation, gate, float(swiglu_alpha), float(swiglu_limit))
+    return call(backend, hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, gate_up_bias, down_bias,
+                layout, q)
+
+
+def call(backend, hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, gate_up_bias, down_bias, layout,
+         quant=_NO_QUANT) -> torch.Tensor:
+    """experts() with its arguments resolved (what moex_experts.transformers calls on every forward): layout =
+    (has_gate, is_transposed, is_concatenated, activation, gate, swiglu_alpha, swiglu_limit) with float alpha and
+    limit; quant = (format, block_n, block_k, activation_scheme, gate_up_scale_inv, down_scale_inv,
+    gate_up_global_scale, down_global_scale, gate_up_activation_scale, down_activation_scale), _NO_QUANT for weights
+    in the activation dtype."""
+    dtype = hidden_states.dtype
+    if quant[0] == "none":
+        wd = gate_up_proj.dtype
+        x = hidden_states if dtype == wd or wd not in _FLOAT_TYPES else hidden_states.to(wd)  # codes without a
+        # format are not cast to: moex's message then says what is missing
+    else:
+        x = hidden_states if dtype in _FLOAT_TYPES else hidden_states.float()
+    w = top_k_weights if top_k_weights.dtype is torch.float32 or top_k_weights.dtype is x.dtype else \
+        top_k_weights.float()
     if torch.compiler.is_compiling() or (torch.is_grad_enabled() and any(
             t is not None and t.requires_grad for t in (x, w, gate_up_proj, down_proj, gate_up_bias, down_bias,
-                                                        *q[4:]))):
+                                                        *quant[4:]))):
         # The custom op: one node for torch.compile, and a backward that says it is missing.
-        out = experts_op(x, top_k_index, w, gate_up_proj, down_proj, gate_up_bias, down_bias, backend, has_gate,
-                         is_transposed, is_concatenated, activation, gate, float(swiglu_alpha), float(swiglu_limit),
-                         *q)
+        out = experts_op(x, top_k_index, w, gate_up_proj, down_proj, gate_up_bias, down_bias, backend, *layout,
+                         *quant)
     else:  # eager inference: the same call without the op dispatcher's cost (~100 µs on a slow core)
-        layout = (has_gate, is_transposed, is_concatenated, activation, gate, float(swiglu_alpha), float(swiglu_limit))
-        out = _run(backend, x, top_k_index, w, gate_up_proj, down_proj, gate_up_bias, down_bias, layout, q)
-    return out if out.dtype == dtype else out.to(dtype)
+        out = _run(backend, x, top_k_index, w, gate_up_proj, down_proj, gate_up_bias, down_bias, layout, quant)
+    return out if out.dtype is dtype else out.to(dtype)

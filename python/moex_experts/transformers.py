@@ -29,8 +29,6 @@ Without transformers' finegrained_fp8 module (older releases) only ExpertsInterf
 
 import math
 
-import weakref
-
 import torch
 from transformers.integrations import moe as _hf_moe
 
@@ -40,7 +38,7 @@ except ImportError:  # a transformers without FineGrainedFP8: the quantized name
     _hf_fp8 = None
 
 from . import _moex
-from .ops import experts as _experts
+from .ops import call as _call
 
 # transformers.activations classes (5.17 and 5.23) and torch's, by name -> moex activation
 _ACTIVATIONS = {
@@ -98,42 +96,60 @@ def _gate(module):
 
 
 def _layout(module):
-    """The module's layout as moex's call takes it: (has_gate, is_transposed, is_concatenated, has_bias, activation,
-    gate, swiglu_alpha, swiglu_limit), or NotImplementedError for what moex cannot run."""
+    """The module as moex's call takes it: ((up, up_bias, down_bias) attribute names, the bias ones None without
+    biases; (has_gate, is_transposed, is_concatenated, activation, gate, swiglu_alpha, swiglu_limit)), or
+    NotImplementedError for what moex cannot run."""
     if getattr(module, "has_post_expert_norm", False):
         raise NotImplementedError(f"moex: {type(module).__name__} applies a norm after each expert "
                                   "(has_post_expert_norm); moex's backends do not")
     has_gate = getattr(module, "has_gate", True)
     gate, alpha, limit = _gate(module) if has_gate else _DEFAULT_GATE
     activation = "silu" if gate == "gpt_oss" else _activation(module)
-    return (has_gate, getattr(module, "is_transposed", False), getattr(module, "is_concatenated", True),
-            getattr(module, "has_bias", False), activation, gate, alpha, limit)
+    up = "gate_up_proj" if has_gate else "up_proj"
+    biases = (up + "_bias", "down_proj_bias") if getattr(module, "has_bias", False) else (None, None)
+    return (up, *biases), (has_gate, getattr(module, "is_transposed", False), getattr(module, "is_concatenated", True),
+                           activation, gate, float(alpha), float(limit))
 
 
-# Eager calls read a module's layout once (it comes from the class decorator and the config, fixed after loading);
-# under torch.compile it is read while tracing, and a cache write there would be a side effect for dynamo to guard.
-_LAYOUTS = weakref.WeakKeyDictionary()
+# Eager calls read a module's layout once (it comes from the class decorator and the config, fixed after loading)
+# and keep it in the module's __dict__ under read's key (a dict lookup, where a WeakKeyDictionary builds a weakref per
+# call); under torch.compile it is read while tracing, and a cache write there would be a side effect for dynamo.
+def _cached(module, key, read):
+    d = module.__dict__
+    layout = d.get(key)
+    if layout is None:
+        layout = d[key] = read(module)
+    return layout
+
+
+def _tensor(module, params, name):
+    """Eagerly from the module's _parameters dict (a twentieth of nn.Module.__getattr__'s cost), which stays the way to
+    buffers and plain attributes."""
+    t = params.get(name)
+    return t if t is not None else getattr(module, name)
 
 
 def experts_forward(module, hidden_states, top_k_index, top_k_weights, backend: str, **kwargs) -> torch.Tensor:
     """What a moex_<backend> entry of ExpertsInterface runs: the module's weights and flags into one moex call."""
-    if kwargs.get("process_group") is not None:
+    if kwargs and kwargs.get("process_group") is not None:
         raise NotImplementedError("moex: Mega MoE's process_group (expert-parallel fused kernel) is not supported")
     if torch.compiler.is_compiling():
-        layout = _layout(module)
-    else:
-        layout = _LAYOUTS.get(module)
-        if layout is None:
-            layout = _LAYOUTS[module] = _layout(module)
-    has_gate, is_transposed, is_concatenated, has_bias, activation, gate, alpha, limit = layout
-    up = module.gate_up_proj if has_gate else module.up_proj
-    up_bias = down_bias = None
-    if has_bias:
-        up_bias = module.gate_up_proj_bias if has_gate else module.up_proj_bias
-        down_bias = module.down_proj_bias
-    return _experts(hidden_states, top_k_index, top_k_weights, up, module.down_proj, up_bias, down_bias,
-                    backend=backend, has_gate=has_gate, is_transposed=is_transposed, is_concatenated=is_concatenated,
-                    activation=activation, gate=gate, swiglu_alpha=alpha, swiglu_limit=limit)
+        (up, up_bias, down_bias), layout = _layout(module)
+        up, down = getattr(module, up), module.down_proj
+        up_bias = None if up_bias is None else getattr(module, up_bias)
+        down_bias = None if down_bias is None else getattr(module, down_bias)
+    else:  # _cached and _tensor, written out: this is every eager call's path
+        cached = module.__dict__.get("_moex_layout")
+        if cached is None:
+            cached = module.__dict__["_moex_layout"] = _layout(module)
+        (up, up_bias, down_bias), layout = cached
+        params = module._parameters
+        name, up, down = up, params.get(up), params.get("down_proj")
+        if up is None or down is None:
+            up, down = getattr(module, name), module.down_proj
+        if up_bias is not None:
+            up_bias, down_bias = _tensor(module, params, up_bias), _tensor(module, params, down_bias)
+    return _call(backend, hidden_states, top_k_index, top_k_weights, up, down, up_bias, down_bias, layout)
 
 
 # ---- FineGrainedFP8's FP8Experts ----------------------------------------------------------------------------------
@@ -166,8 +182,9 @@ def _fp8_gate(module):
 
 
 def _fp8_layout(module):
-    """An FP8Experts module as one moex call takes it: (has_gate, activation, gate, alpha, limit, quant, block_size,
-    activation_scheme), or NotImplementedError naming the module for what moex cannot run."""
+    """An FP8Experts module as one moex call takes it: ((weight, scale, activation-scale) attribute names for up and
+    down, None where absent), layout (as _layout's) and (quant, block_n, block_k, activation_scheme), or
+    NotImplementedError naming the module for what moex cannot run."""
     name = type(module).__name__
     if getattr(module, "has_bias", False):
         raise NotImplementedError(f"moex: {name} has biases; FP8Experts takes none")
@@ -177,12 +194,13 @@ def _fp8_layout(module):
     has_gate = getattr(module, "has_gate", True)
     gate, alpha, limit = _fp8_gate(module) if has_gate else _DEFAULT_GATE
     activation = "silu" if gate == "gpt_oss" else _activation(module)
-    weight = module.gate_up_proj if has_gate else module.up_proj
-    scale = module.gate_up_proj_scale_inv if has_gate else module.up_proj_scale_inv
+    up = "gate_up_proj" if has_gate else "up_proj"
+    weight, scale = getattr(module, up), getattr(module, up + "_scale_inv")
     scheme = getattr(module, "activation_scheme", "dynamic")
+    block = None
     if weight.dtype == torch.float8_e4m3fn:
         quant, block = "fp8", getattr(module, "block_size", None)
-        block = None if block is None else (int(block[0]), int(block[1]))
+        block = (0, 0) if block is None else (int(block[0]), int(block[1]))
     elif weight.dtype in _FP4_CONTAINERS:
         if scale.dtype not in (_UE8M0, torch.uint8):
             raise NotImplementedError(f"moex: {name} holds FP4 weights with {scale.dtype} scales; moex's FP4 weights "
@@ -190,10 +208,17 @@ def _fp8_layout(module):
         if scheme == "static":
             raise NotImplementedError(f"moex: {name} has FP4 weights with activation_scheme='static'; moex runs FP4 "
                                       "weights weight-only")
-        quant, block, scheme = "mxfp4", None, "none"
+        quant, scheme = "mxfp4", "none"
     else:  # weights left in a float dtype: no scales
-        quant, block, scheme = "none", None, None
-    return has_gate, activation, gate, alpha, limit, quant, block, scheme
+        quant, scheme = "none", None
+    names = (up, "down_proj")
+    if quant != "none":
+        names += (up + "_scale_inv", "down_proj_scale_inv")
+        if scheme == "static":
+            up_act = "gate_up_proj_activation_scale"  # FP8Experts' name also for up_proj
+            names += (up_act if hasattr(module, up_act) else "up_proj_activation_scale", "down_proj_activation_scale")
+    layout = (has_gate, False, True, activation, gate, float(alpha), float(limit))
+    return names, layout, (quant, *(block or (0, 0)), scheme or "")
 
 
 def _per_tensor_up_scale(module, scale):
@@ -206,42 +231,30 @@ def _per_tensor_up_scale(module, scale):
                               f"{tuple(scale.shape)} (separate gate and up scales); moex takes one scale per expert")
 
 
-_FP8_LAYOUTS = weakref.WeakKeyDictionary()
-
-
 def fp8_experts_forward(module, hidden_states, top_k_index, top_k_weights, backend: str, **kwargs) -> torch.Tensor:
     """What a moex_<backend> entry of FP8ExpertsInterface runs: an FP8Experts module's codes, scales and gate into
     one quantized moex call."""
-    if kwargs.get("process_group") is not None:
+    if kwargs and kwargs.get("process_group") is not None:
         raise NotImplementedError("moex: Mega MoE's process_group (expert-parallel fused kernel) is not supported")
     if torch.compiler.is_compiling():
-        layout = _fp8_layout(module)
+        names, layout, (quant, block_n, block_k, scheme) = _fp8_layout(module)
+        tensors = [getattr(module, n) for n in names]
     else:
-        layout = _FP8_LAYOUTS.get(module)
-        if layout is None:
-            layout = _FP8_LAYOUTS[module] = _fp8_layout(module)
-    has_gate, activation, gate, alpha, limit, quant, block, scheme = layout
-    up = module.gate_up_proj if has_gate else module.up_proj
+        names, layout, (quant, block_n, block_k, scheme) = _cached(module, "_moex_fp8_layout", _fp8_layout)
+        params = module._parameters
+        tensors = [_tensor(module, params, n) for n in names]
+    up, down = tensors[0], tensors[1]
     if quant == "none":
-        return _experts(hidden_states, top_k_index, top_k_weights, up, module.down_proj, backend=backend,
-                        has_gate=has_gate, activation=activation, gate=gate, swiglu_alpha=alpha, swiglu_limit=limit)
-    up_scale = module.gate_up_proj_scale_inv if has_gate else module.up_proj_scale_inv
-    down_scale = module.down_proj_scale_inv
+        return _call(backend, hidden_states, top_k_index, top_k_weights, up, down, None, None, layout)
+    up_scale, down_scale = tensors[2], tensors[3]
+    up_act, down_act = (tensors[4], tensors[5]) if len(tensors) > 4 else (None, None)
     if quant == "fp8":
         if up_scale.dtype == torch.uint8:  # ue8m0 bytes as a checkpoint stores them
             up_scale, down_scale = up_scale.view(_UE8M0), down_scale.view(_UE8M0)
-        if block is None and has_gate:
+        if block_n == 0 and layout[0]:
             up_scale = _per_tensor_up_scale(module, up_scale)
-    up_act = down_act = None
-    if scheme == "static":
-        up_act = getattr(module, "gate_up_proj_activation_scale", None)
-        if up_act is None:
-            up_act = getattr(module, "up_proj_activation_scale", None)
-        down_act = getattr(module, "down_proj_activation_scale", None)
-    return _experts(hidden_states, top_k_index, top_k_weights, up, module.down_proj, backend=backend,
-                    has_gate=has_gate, activation=activation, gate=gate, swiglu_alpha=alpha, swiglu_limit=limit,
-                    quant=quant, gate_up_scale_inv=up_scale, down_scale_inv=down_scale, block_size=block,
-                    activation_scheme=scheme, gate_up_activation_scale=up_act, down_activation_scale=down_act)
+    return _call(backend, hidden_states, top_k_index, top_k_weights, up, down, None, None, layout,
+                 (quant, block_n, block_k, scheme, up_scale, down_scale, None, None, up_act, down_act))
 
 
 # ---- registration --------------------------------------------------------------------------------------------------

@@ -144,3 +144,19 @@ def test_registry_and_a_python_backend(gen):
     check(out, 2 * experts_reference(x, ids, w, up, down), torch.float32, "python backend")
     assert calls == ["silu"]
     assert "test_twice_mm" in [b["name"] for b in moex_experts.backends()]
+
+
+def test_capsule_path_matches_the_exchange_api_path(monkeypatch, gen):
+    # torch >= 2.10 hands tensors to the bindings through DLPack's C exchange API; older torch goes through capsules.
+    import moex_experts.ops as ops
+    from moex_experts import _moex
+
+    (x, ids, w, up, down, up_bias, down_bias), flags = make_problem(6, 32, 16, 4, 2, torch.float32, "cpu", gen,
+                                                                    bias=True)
+    exchange = moex_experts.experts(x, ids, w, up, down, up_bias, down_bias, backend="grouped_mm", **flags)
+    monkeypatch.setattr(ops, "_EXCHANGE", False)
+    capsules = moex_experts.experts(x, ids, w, up, down, up_bias, down_bias, backend="grouped_mm", **flags)
+    assert torch.equal(exchange, capsules)
+    assert moex_experts.experts(x[:0], ids[:0], w[:0], up, down).shape == (0, 32)
+    with pytest.raises(ValueError, match="gate_up_proj: numpy.ndarray has no DLPack C exchange API"):
+        _moex.experts_tensors("eager", x, ids, w, up.numpy(), down, None, None)

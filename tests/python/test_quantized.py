@@ -206,3 +206,15 @@ def test_no_backward_through_quantized(gen):
     out = moex_experts.experts(x, ids, w, up, down, **kw)  # through the custom op
     with pytest.raises(NotImplementedError, match="no backward pass yet"):
         out.sum().backward()
+
+
+def test_quantized_through_capsules(monkeypatch, gen):
+    import moex_experts.ops as ops
+
+    default = ops._EXCHANGE
+    for scheme in ("fp8_static", "nvfp4"):
+        args, kwargs, ref = quantized_problem(7, 64, 32, 4, 2, scheme, {}, torch.float32, "cpu", gen)
+        exchange = moex_experts.experts(*args, backend="grouped_mm", **kwargs)
+        monkeypatch.setattr(ops, "_EXCHANGE", False)
+        assert torch.equal(moex_experts.experts(*args, backend="grouped_mm", **kwargs), exchange), scheme
+        monkeypatch.setattr(ops, "_EXCHANGE", default)

@@ -104,13 +104,13 @@ def test_experts_module_matches_eager(family, name, device):
 def moex_calls(monkeypatch):
     """The backends moex ran, call by call (a spy on the one function every moex_* entry goes through)."""
     calls = []
-    real = moex_hf._experts
+    real = moex_hf._call
 
-    def spy(*args, backend, **kwargs):
+    def spy(backend, *args):
         calls.append(backend)
-        return real(*args, backend=backend, **kwargs)
+        return real(backend, *args)
 
-    monkeypatch.setattr(moex_hf, "_experts", spy)
+    monkeypatch.setattr(moex_hf, "_call", spy)
     return calls
 
 
