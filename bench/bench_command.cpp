@@ -125,10 +125,6 @@ BenchConfig make_config(BenchArgs& a) {
     const common::QuantOptions q = common::parse_quant_options(a.quant, a.block, a.scale_fmt, a.activation_scheme);
     c.quant = q.format;
     if (c.quant != QuantFormat::kNone) {
-        MOEX_REQUIRE(
-            c.device == Device::kCPU, ErrorCode::kUnsupported,
-            "--quant: moex's quantized experts run on the CPU backends only in this build (no CUDA kernel takes "
-            "FP8 / FP4 weights yet)");
         MOEX_REQUIRE(q.activations != ActivationQuant::kStatic, ErrorCode::kInvalidArgument,
                      "--activation-scheme static: the bench takes dynamic or none (static scales are a property of a "
                      "calibrated checkpoint: use a problem file)");
@@ -256,7 +252,7 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--read-mib", a->read_mib, "CPU: buffer for the bandwidth test (MiB)")->capture_default_str();
     cmd->add_option("--gemm-n", a->gemm_n, "CPU: M = N = K of the dense GEMM test")->capture_default_str();
     cmd->add_option("--seed", a->seed, "Random seed")->capture_default_str();
-    cmd->add_option("--quant", a->quant, "Quantized expert weights: none, fp8_block, mxfp4, nvfp4 (CPU)")
+    cmd->add_option("--quant", a->quant, "Quantized expert weights: none, fp8_block, mxfp4, nvfp4")
         ->capture_default_str();
     cmd->add_option("--block", a->block, "fp8_block weight_block_size <rows>x<cols>, or none")->capture_default_str();
     cmd->add_option("--scale-fmt", a->scale_fmt, "fp8_block scales: float or ue8m0")->capture_default_str();

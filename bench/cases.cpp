@@ -110,25 +110,36 @@ ShapeBench::ShapeBench(const ShapePlan& plan, const BenchConfig& config) : plan_
             down_.push_back(random_weights(config.dtype, {plan.E, m.H, m.I}, seed + 1, config.device, config.threads));
             continue;
         }
-        // Quantized: bf16 weights of the same distribution, quantized on the host, then placed.
-        Tensor up(DType::kBF16, {plan.E, 2 * m.I, m.H}), down(DType::kBF16, {plan.E, m.H, m.I});
-        common::fill_random(up.view(), kWeightStd, seed, common::Distribution::kUniform, config.threads);
-        common::fill_random(down.view(), kWeightStd, seed + 1, common::Distribution::kUniform, config.threads);
-        ExpertsProblem host;
-        host.gate_up_proj = up.view(), host.down_proj = down.view();
-        const QuantizedExperts owner =  // holds the host copies host's views point into until they are placed
-            quantize_experts(host, config.quant, config.block.n, config.block.k, config.scale_dtype);
-        ExpertsQuant q = host.quant;
-        q.activations = config.act;
-        gate_up_.push_back(DeviceTensor::from_host(host.gate_up_proj, config.device));
-        down_.push_back(DeviceTensor::from_host(host.down_proj, config.device));
-        for (TensorView* t : {&q.gate_up.scale_inv, &q.gate_up.global_scale, &q.down.scale_inv, &q.down.global_scale}) {
-            if (!t->defined()) continue;
-            scales_.push_back(DeviceTensor::from_host(*t, config.device));
-            *t = scales_.back().view();
-        }
-        quant_.push_back(q);
+        QuantizedWeightSet set = make_quantized_set(plan, config, seed);
+        gate_up_.push_back(std::move(set.gate_up));
+        down_.push_back(std::move(set.down));
+        for (DeviceTensor& t : set.scales) scales_.push_back(std::move(t));
+        quant_.push_back(set.quant);
     }
+}
+
+QuantizedWeightSet make_quantized_set(const ShapePlan& plan, const BenchConfig& config, uint64_t seed) {
+    const auto& m = plan.model;
+    Tensor up(DType::kBF16, {plan.E, 2 * m.I, m.H}), down(DType::kBF16, {plan.E, m.H, m.I});
+    common::fill_random(up.view(), kWeightStd, seed, common::Distribution::kUniform, config.threads);
+    common::fill_random(down.view(), kWeightStd, seed + 1, common::Distribution::kUniform, config.threads);
+    ExpertsProblem host;
+    host.gate_up_proj = up.view(), host.down_proj = down.view();
+    const QuantizedExperts owner =  // holds the host copies host's views point into until they are placed
+        quantize_experts(host, config.quant, config.block.n, config.block.k, config.scale_dtype);
+    QuantizedWeightSet set;
+    set.quant = host.quant;
+    set.quant.activations = config.act;
+    set.gate_up = DeviceTensor::from_host(host.gate_up_proj, config.device);
+    set.down = DeviceTensor::from_host(host.down_proj, config.device);
+    ExpertsQuant& q = set.quant;
+    set.scales.reserve(4);
+    for (TensorView* t : {&q.gate_up.scale_inv, &q.gate_up.global_scale, &q.down.scale_inv, &q.down.global_scale}) {
+        if (!t->defined()) continue;
+        set.scales.push_back(DeviceTensor::from_host(*t, config.device));
+        *t = set.scales.back().view();
+    }
+    return set;
 }
 
 CaseResult ShapeBench::run(const Backend& backend, int64_t T) {

@@ -76,6 +76,15 @@ uint64_t case_seed(const BenchConfig& config, const shapes::ExpertsShape& shape,
 // Random weights of std 0.02 (the HF baselines' N(0, 0.02); here U(-a, a) of the same std, faster to make).
 inline constexpr double kWeightStd = 0.02;
 
+// One quantized weight set of a shape (config.quant set): bf16 weights of the bench's distribution, quantized on the
+// host (moex/quant.h's quantizer) and placed on config.device; quant's views point into `scales`.
+struct QuantizedWeightSet {
+    DeviceTensor gate_up, down;
+    std::vector<DeviceTensor> scales;
+    ExpertsQuant quant;
+};
+QuantizedWeightSet make_quantized_set(const ShapePlan& plan, const BenchConfig& config, uint64_t seed);
+
 // The CPU runner: wall clock around each call, a fresh routing per repetition.
 class ShapeBench : public CaseRunner {
    public:

@@ -83,6 +83,8 @@ class CudaShapeBench : public CaseRunner {
     BenchConfig config_;
     std::vector<DeviceTensor> gate_up_;  // per weight set: (E, 2I, H)
     std::vector<DeviceTensor> down_;     // per weight set: (E, H, I)
+    std::vector<ExpertsQuant> quant_;    // per weight set, quantized configs (scales in scales_)
+    std::vector<DeviceTensor> scales_;
     CaseInputs in_;
     std::string ref_backend_;  // the first backend timed at in_.T with a finite output
     std::vector<float> ref_;   // its output for routing set 0, (T, H)
@@ -92,6 +94,14 @@ CudaShapeBench::CudaShapeBench(const ShapePlan& plan, const BenchConfig& config)
     const auto& m = plan.model;
     for (int s = 0; s < plan.sets; ++s) {
         const uint64_t seed = common::mix_seed(config.seed, uint64_t(s) * 2 + 1);
+        if (config.quant != QuantFormat::kNone) {
+            QuantizedWeightSet set = make_quantized_set(plan, config, seed);
+            gate_up_.push_back(std::move(set.gate_up));
+            down_.push_back(std::move(set.down));
+            for (DeviceTensor& t : set.scales) scales_.push_back(std::move(t));
+            quant_.push_back(set.quant);
+            continue;
+        }
         gate_up_.push_back(device_weights(config.dtype, {plan.E, 2 * m.I, m.H}, seed, config.threads));
         down_.push_back(device_weights(config.dtype, {plan.E, m.H, m.I}, seed + 1, config.threads));
     }
@@ -168,6 +178,7 @@ CaseResult CudaShapeBench::run(const Backend& backend, int64_t T) {
         p.top_k_weights = in.weights[size_t(s)].view();
         p.gate_up_proj = gate_up_[size_t(s % plan_.sets)].view();
         p.down_proj = down_[size_t(s % plan_.sets)].view();
+        if (!quant_.empty()) p.quant = quant_[size_t(s % plan_.sets)];
         calls.problems.push_back(p);
     }
 

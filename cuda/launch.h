@@ -12,7 +12,7 @@
 namespace moex::cuda {
 
 enum class Algo : int32_t {
-    kEager,    // route on the device, read the row ranges back (host sync), cuBLAS per hit expert
+    kEager,  // route on the device, read the row ranges back (host sync), cuBLAS per hit expert (no quantized weights)
     kBatched,  // decode: routing + 2 projection kernels, weights streamed once, no host sync
     kGrouped,  // prefill: routing, gather, 2 grouped GEMMs, combine; no host sync
 };
@@ -32,10 +32,11 @@ struct ExpertsArgs {
     DType dtype;  // activations: bf16 | f16 | f32
     bool ids_i64, weights_f32, has_gate, is_transposed;
     GateParams gate;
-    // Stored weights: today weight_dtype == dtype and no scales (run_experts refuses the rest); quantized experts
-    // (FP8 block-scaled, FP4) fill these and add kernels, not a new description of the call.
+    // Stored weights: weight_dtype == dtype, or quantized (FP8 e4m3 codes, packed FP4) with their scales; then the
+    // weights are K-major (E, N, K) and act_quant says how each GEMM input is rounded to e4m3 first.
     DType weight_dtype;
     WeightScales gate_up_scales, down_scales;
+    ActQuant act_quant;
 };
 
 // True when a CUDA device of compute capability 9.0 is usable; otherwise *why says what is missing.

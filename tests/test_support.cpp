@@ -169,10 +169,14 @@ std::vector<Device> devices_under_test() {
 PlacedProblem place(const ExpertsProblem& host, Device device) {
     PlacedProblem r;
     r.problem = host;
-    r.buffers.reserve(7);
-    for (TensorView* v :
-         {&r.problem.hidden_states, &r.problem.top_k_index, &r.problem.top_k_weights, &r.problem.gate_up_proj,
-          &r.problem.down_proj, &r.problem.gate_up_bias, &r.problem.down_bias}) {
+    ExpertsQuant& q = r.problem.quant;
+    const std::initializer_list<TensorView*> views = {
+        &r.problem.hidden_states, &r.problem.top_k_index,      &r.problem.top_k_weights, &r.problem.gate_up_proj,
+        &r.problem.down_proj,     &r.problem.gate_up_bias,     &r.problem.down_bias,     &q.gate_up.scale_inv,
+        &q.gate_up.global_scale,  &q.gate_up.activation_scale, &q.down.scale_inv,        &q.down.global_scale,
+        &q.down.activation_scale};
+    r.buffers.reserve(views.size());
+    for (TensorView* v : views) {
         if (!v->defined()) continue;
         r.buffers.push_back(DeviceTensor::from_host(*v, device));
         *v = r.buffers.back().view();
@@ -218,12 +222,14 @@ Tolerance tolerance_for(DType dtype) {
 
 // Quantized activations: the reference rounds each GEMM input to e4m3 from its float64 value, a backend from its f32
 // one, so an input within ~1e-7 of an e4m3 rounding midpoint can land one e4m3 step (2^-3) away. A few such flips per
-// call were measured in f32 at up to 9e-4 rms; bf16 outputs stay within their own tolerance. FP8 quantization error
-// itself is ~3e-2 rms, so this is still 30x tighter than what a wrong scale or block index would give.
+// call were measured in f32 at up to 9e-4 rms. 16-bit h first rounds to bf16 / f16 on either side of a midpoint and
+// then to e4m3, so its flips are rarer but whole steps: measured on the H200 (CUDA, T = 600-700) 5-25 values in
+// 4e4-4e5 at up to 2.3% of rms. Hence the outlier budget: 0.1% of the values, each within 5% of rms. FP8
+// quantization error itself is ~3e-2 rms on every value, which a wrong scale or block index would show everywhere.
 Tolerance tolerance_for(const ExpertsProblem& p) {
     const Tolerance t = tolerance_for(p.dtype());
     if (!p.quant.enabled() || p.quant.activations == ActivationQuant::kNone) return t;
-    return {std::max(t.atol, 2e-3), std::max(t.rtol, 2e-3)};
+    return {std::max(t.atol, 2e-3), std::max(t.rtol, 2e-3), 1e-3, 0.05};
 }
 
 ::testing::AssertionResult outputs_close(const TensorView& got, const std::vector<double>& ref,
@@ -238,7 +244,7 @@ Tolerance tolerance_for(const ExpertsProblem& p) {
     const double rms = n ? std::sqrt(ss / double(n)) : 0.0;
     const Tolerance tol = tolerance.value_or(tolerance_for(got.dtype));
     double max_abs = 0, max_rel = 0;
-    int64_t bad = 0, first = -1;
+    int64_t bad = 0, first = -1, outliers = 0;
     for (int64_t i = 0; i < T * H; ++i) {
         if (!rows.empty() && !rows[size_t(i / H)]) continue;
         const double r = ref[size_t(i)], g = load_as_double(got, i), err = std::fabs(g - r);
@@ -247,15 +253,22 @@ Tolerance tolerance_for(const ExpertsProblem& p) {
             max_abs = std::max(max_abs, err);
             max_rel = std::max(max_rel, err / std::max(std::fabs(r), rms > 0 ? rms : 1.0));
         }
+        if (!ok && std::isfinite(g) && err <= tol.outlier_atol * rms) {
+            ++outliers;
+            continue;
+        }
         if (!ok && bad++ == 0) first = i;
     }
-    if (bad == 0) return ::testing::AssertionSuccess();
+    if (bad == 0 && double(outliers) <= tol.outlier_fraction * double(n)) return ::testing::AssertionSuccess();
     std::ostringstream m;
     m.precision(9);
     m << bad << " of " << n << " values out of tolerance (" << dtype_name(got.dtype) << ": atol " << tol.atol
       << " * rms " << rms << ", rtol " << tol.rtol << "); max abs err " << max_abs << ", max rel err " << max_rel
-      << "; first bad [t=" << first / H << ", h=" << first % H << "]: got " << load_as_double(got, first) << ", want "
-      << ref[size_t(first)];
+      << "; " << outliers << " outliers within " << tol.outlier_atol << " * rms (budget "
+      << tol.outlier_fraction * double(n) << ")";
+    if (first >= 0)
+        m << "; first bad [t=" << first / H << ", h=" << first % H << "]: got " << load_as_double(got, first)
+          << ", want " << ref[size_t(first)];
     return ::testing::AssertionFailure() << m.str();
 }
 

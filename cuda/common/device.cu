@@ -2,6 +2,8 @@
 // Workspace. Everything here is off the hot path except Workspace, which is one pool allocation per launcher call.
 #include <array>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -138,6 +140,14 @@ void Workspace::allocate() {
     void* p = nullptr;
     CUDA_CHECK(cudaMallocFromPoolAsync(&p, size_, d.pool, stream_));
     base_ = static_cast<char*>(p);
+}
+
+bool pdl_enabled() {
+    static const bool on = [] {
+        const char* v = std::getenv("MOEX_PDL");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    return on;
 }
 
 }  // namespace moex::cuda

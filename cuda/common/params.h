@@ -1,11 +1,13 @@
 // Plain parameter types shared by the host launchers and the kernels of every experts pipeline: the gate of gated
-// experts as one unit, and the block scales of quantized weights. Types come from the public moex/ headers.
+// experts as one unit, the scales of quantized weights and the activation quantization. Types come from the public
+// moex/ headers.
 #pragma once
 
 #include <cstdint>
 
 #include "moex/activation.h"
 #include "moex/dtype.h"
+#include "moex/quant.h"
 
 namespace moex::cuda {
 
@@ -20,14 +22,26 @@ struct GateParams {
     float alpha, limit;
 };
 
-// Block scales of quantized weights W (E, rows, cols): scale[e, r / block_rows, c / block_cols] multiplies the
-// dequantized block. No CUDA kernel takes quantized weights yet: `data == nullptr` and the weight dtype equal to the
-// activation dtype is the only accepted state (run_experts refuses the rest), so FP8 and FP4 add kernels, not a new
-// description of the call.
+// Quantized weights W (E, rows, cols) as moex/quant.h stores them: e4m3 codes (kFp8) or two e2m1 codes per byte,
+// the low nibble first (kMxfp4, kNvfp4). Weight (e, r, c) = code * scale[e, r >> row_shift, c >> col_shift]
+// (* global[e] for nvfp4). Blocks are powers of two on CUDA (the host refuses others); a per-tensor scale has shifts
+// of 62 and one block. format kNone: W is stored in the activation dtype and the rest is unused.
 struct WeightScales {
-    const void* data = nullptr;  // (E, ceil(rows / block_rows), ceil(cols / block_cols)) scale_dtype, or nullptr
-    DType dtype = DType::kF32;   // kF32 | kUE8M0 (a power of two 2^(b-127))
-    int32_t block_rows = 0, block_cols = 0;
+    QuantFormat format = QuantFormat::kNone;
+    const void* data = nullptr;  // (E, rows_b, cols_b): f32 | ue8m0 bytes (kUE8M0, kU8) | e4m3 bytes (nvfp4)
+    DType dtype = DType::kF32;   // of data
+    int32_t row_shift = 0, col_shift = 0;
+    int32_t rows_b = 0, cols_b = 0;  // scale blocks per expert along rows and along cols
+    const float* global = nullptr;   // nvfp4: (E,) f32, else nullptr
+};
+
+// Activation quantization of quantized experts (moex/quant.h): each GEMM input row is rounded to e4m3 in groups of
+// `group` values along K (dynamic: scale amax / 448 per group; static: scale[e] of the row's expert) and back.
+struct ActQuant {
+    ActivationQuant mode = ActivationQuant::kNone;
+    int64_t up_group = 0, down_group = 0;  // dynamic: group lengths along H and along I
+    const float* up_scale = nullptr;       // static: (E,) f32
+    const float* down_scale = nullptr;
 };
 
 }  // namespace moex::cuda

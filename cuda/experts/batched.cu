@@ -8,6 +8,7 @@
 #include "cuda/common/align.h"
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
+#include "cuda/common/quant.cuh"
 #include "cuda/experts/batched.cuh"
 #include "cuda/experts/pipelines.h"
 
@@ -73,18 +74,11 @@ using batched::Proj;
 using batched::ProjArgs;
 using batched::ProjConfig;
 
-// Programmatic dependent launch (sm_90): the projection grid is scheduled while the kernel before it drains and
-// waits in griddepcontrol.wait, hiding the launch gap between the 3 kernels. MOEX_PDL=0 turns it off.
-bool use_pdl() {
-    const char* v = std::getenv("MOEX_PDL");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-}
-
-template <class T, Loop kLoop, int RT, int NT, int V>
+template <class T, Loop kLoop, int RT, int NT, int V, bool kQuant>
 void launch_kernel(const ProjArgs& a, const ProjConfig& c, dim3 grid, cudaStream_t stream) {
-    auto kernel = batched::batched_proj_kernel<T, kLoop, RT, NT, V>;
+    auto kernel = batched::batched_proj_kernel<T, kLoop, RT, NT, V, kQuant>;
     allow_dynamic_smem(kernel, c.smem);
-    if (!use_pdl()) {
+    if (!pdl_enabled()) {  // programmatic dependent launch hides the launch gap between the chain's kernels
         kernel<<<grid, batched::kThreads, c.smem, stream>>>(a);
         MOEX_LAUNCH_CHECK();
         return;
@@ -102,20 +96,49 @@ void launch_kernel(const ProjArgs& a, const ProjConfig& c, dim3 grid, cudaStream
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
 }
 
-template <class T>
-void launch_proj_typed(const ProjArgs& a, const ProjConfig& c, dim3 grid, cudaStream_t s) {
+// kMma: V 16-byte vectors per thread and k step (quantized codes: V = 2 for e4m3, 4 for e2m1 when K and the
+// promotion slice allow, so that each load is 16 bytes as in the bf16 loop).
+template <class T, bool kQuant, int V>
+void launch_mma(const ProjArgs& a, const ProjConfig& c, dim3 grid, cudaStream_t s) {
+    switch (c.nt) {
+        case 1: return launch_kernel<T, Loop::kMma, 2, 1, V, kQuant>(a, c, grid, s);
+        case 2: return launch_kernel<T, Loop::kMma, 2, 2, V, kQuant>(a, c, grid, s);
+        case 4: return launch_kernel<T, Loop::kMma, 2, 4, V, kQuant>(a, c, grid, s);
+        default: return launch_kernel<T, Loop::kMma, 1, 8, V, kQuant>(a, c, grid, s);
+    }
+}
+
+int quant_vectors(const WeightScales& s, int64_t K) {
+    if (s.format == QuantFormat::kFp8) return K % 64 == 0 && promotion_group(s, K) % 64 == 0 ? 2 : 1;
+    return K % 128 == 0 ? 4 : 1;
+}
+
+template <class T, bool kQuant>
+void launch_proj_as(const ProjArgs& a, const ProjConfig& c, dim3 grid, cudaStream_t s) {
     constexpr int V = 16 / int(sizeof(T));
-    if (c.loop == Loop::kVecN) return launch_kernel<T, Loop::kVecN, 1, 1, V>(a, c, grid, s);
-    if (c.loop == Loop::kGeneric) return launch_kernel<T, Loop::kGeneric, 1, 1, 1>(a, c, grid, s);
+    if (c.loop == Loop::kVecN && !kQuant) return launch_kernel<T, Loop::kVecN, 1, 1, V, false>(a, c, grid, s);
+    if (c.loop == Loop::kGeneric) return launch_kernel<T, Loop::kGeneric, 1, 1, 1, kQuant>(a, c, grid, s);
     if constexpr (sizeof(T) == 2) {
-        switch (c.nt) {
-            case 1: return launch_kernel<T, Loop::kMma, 2, 1, 1>(a, c, grid, s);
-            case 2: return launch_kernel<T, Loop::kMma, 2, 2, 1>(a, c, grid, s);
-            case 4: return launch_kernel<T, Loop::kMma, 2, 4, 1>(a, c, grid, s);
-            default: return launch_kernel<T, Loop::kMma, 1, 8, 1>(a, c, grid, s);
+        if (c.loop == Loop::kMma) {
+            if constexpr (kQuant) {
+                switch (quant_vectors(a.scales, a.K)) {
+                    case 2: return launch_mma<T, true, 2>(a, c, grid, s);
+                    case 4: return launch_mma<T, true, 4>(a, c, grid, s);
+                    default: return launch_mma<T, true, 1>(a, c, grid, s);
+                }
+            }
+            return launch_mma<T, kQuant, 1>(a, c, grid, s);
         }
     }
-    fail(ErrorCode::kInvalidArgument, "batched_mm: the mma loop needs bf16 or f16");
+    fail(ErrorCode::kInvalidArgument,
+         "batched_mm: no main loop for this projection (the mma loop needs bf16 or f16, "
+         "quantized weights are K-major)");
+}
+
+template <class T>
+void launch_proj_typed(const ProjArgs& a, const ProjConfig& c, dim3 grid, cudaStream_t s) {
+    if (a.scales.format != QuantFormat::kNone) return launch_proj_as<T, true>(a, c, grid, s);
+    launch_proj_as<T, false>(a, c, grid, s);
 }
 
 // Grid: x = tiles (bounded on the host), y = column blocks of the projection's output.
@@ -170,14 +193,27 @@ void run_batched(const ExpertsArgs& a, cudaStream_t stream) {
         reserve_routing(ws, S, E, 1, mc, /*tile_ranges=*/true, fused_combine ? int32_t(down_cols) : 0);
     const size_t h_rows = ws.reserve(size_t(S) * size_t(a.I) * esize);  // (S, I) hidden activation
     const size_t y_rows = ws.reserve_n<float>(S * a.H);                 // (S, H) f32 weighted down projection
+    // Quantized activations: x rounded per token (dynamic) or per slot with its expert's scale (static).
+    const bool quant_x = quantizes_activations(a), per_slot = a.act_quant.mode == ActivationQuant::kStatic;
+    const int64_t x_rows = per_slot ? S : a.T;
+    const size_t x_quant = quant_x ? ws.reserve(size_t(x_rows) * size_t(a.H) * esize) : 0;
+    const bool codes = activation_codes(a);  // 16-bit kernels: codes + per-slice scales
+    const size_t x_scales = codes ? ws.reserve_n<float>(x_rows * act_slices(a, true)) : 0;
+    const size_t h_scales = codes ? ws.reserve_n<float>(S * act_slices(a, false)) : 0;
     ws.allocate();
 
     const RoutingArgs r = rb.args(ws, a.top_k_index, a.ids_i64);
     launch_routing(r, stream);
+    if (quant_x) {
+        ActQuantArgs q = act_quant_args(a, true, a.hidden_states, ws.at<void>(x_quant), x_rows, per_slot ? a.k : 1);
+        if (per_slot) q.ids = a.top_k_index;
+        if (codes) q.scale_out = ws.at<float>(x_scales);
+        launch_act_quant(q, stream);
+    }
 
     const ProjArgs up{.W = a.gate_up_proj,
                       .bias = a.gate_up_bias,
-                      .X = a.hidden_states,
+                      .X = quant_x ? ws.at<void>(x_quant) : a.hidden_states,
                       .out = ws.at<void>(h_rows),
                       .row_slot = r.row_slot,
                       .tile_expert = r.tile_expert,
@@ -188,13 +224,15 @@ void run_batched(const ExpertsArgs& a, cudaStream_t stream) {
                       .K = a.H,
                       .E = E,
                       .out_cols = a.I,
-                      .x_div = a.k,
+                      .x_div = quant_x && per_slot ? 1 : a.k,
                       .proj = a.has_gate ? Proj::kUpGate : Proj::kUpAct,
                       .n_major = a.is_transposed,
                       .gate = a.gate,
                       .weights = nullptr,
                       .weights_f32 = false,
                       .dtype = a.dtype,
+                      .scales = a.gate_up_scales,
+                      .x_scales = codes ? ws.at<float>(x_scales) : nullptr,
                       .arrive = nullptr,
                       .final_out = nullptr,
                       .ids = nullptr,
@@ -203,11 +241,18 @@ void run_batched(const ExpertsArgs& a, cudaStream_t stream) {
                       .k = 0,
                       .ks = cu.ks};
     launch_proj(up, cu, rb.tiles_bound, a.dtype, stream);
+    if (quant_x) {  // h (S, I) rounded in place, each slot row with its expert (sentinel slots are never written)
+        ActQuantArgs q = act_quant_args(a, false, ws.at<void>(h_rows), ws.at<void>(h_rows), S, 1);
+        q.ids = a.top_k_index;
+        if (codes) q.scale_out = ws.at<float>(h_scales);
+        launch_act_quant(q, stream);
+    }
 
     ProjArgs down = up;
     down.W = a.down_proj, down.bias = a.down_bias, down.X = ws.at<void>(h_rows), down.out = ws.at<void>(y_rows);
     down.R = a.H, down.K = a.I, down.out_cols = a.H, down.x_div = 1, down.proj = Proj::kDown;
-    down.weights = a.top_k_weights, down.weights_f32 = a.weights_f32, down.ks = cd.ks;
+    down.weights = a.top_k_weights, down.weights_f32 = a.weights_f32, down.ks = cd.ks, down.scales = a.down_scales;
+    down.x_scales = codes ? ws.at<float>(h_scales) : nullptr;
     down.arrive = r.zero;  // nullptr without the fused combine
     down.final_out = a.out, down.ids = a.top_k_index, down.ids_i64 = a.ids_i64, down.T = a.T, down.k = a.k;
     launch_proj(down, cd, rb.tiles_bound, a.dtype, stream);

@@ -11,6 +11,7 @@
 
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/ptx.cuh"
+#include "cuda/common/quant.cuh"
 #include "cuda/experts/batched.h"
 
 namespace moex::cuda::batched {
@@ -68,8 +69,49 @@ struct Tile {
     int e, row0, nrows;
 };
 
-// ---- main loop 1: mma.sync, K-major weights. Partial sums -> sacc[ks][row][token] (pitch mc + 1).
-template <class T, int RT, int NT>
+// Quantized weights: eight weights (e, p, k .. k + 7) as code * fold_scale in T (exact; quant.cuh), in the layout of
+// one 16-byte load of T weights (the load is 8 bytes of e4m3 or 4 of e2m1: half or a quarter of the bf16 bytes).
+template <class T>
+__device__ __forceinline__ uint4 load_quant8(const WeightScales& s, const uint8_t* row, int64_t e, int64_t p,
+                                             int64_t k) {
+    float f[8];
+    dequant8_folded(s, row, e, p, k, f);
+    uint4 v;
+    T* t = reinterpret_cast<T*>(&v);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) t[i] = from_f32<T>(f[i]);
+    return v;
+}
+
+// Quantized weights, V > 1: one 16-byte load holds 8 * V codes (V = 2: e4m3, V = 4: e2m1) of weights (e, p, k ..);
+// out[v] gets weights k + 8v .. k + 8v + 7 as code * fold_scale in T (the 16-byte load of the bf16 loop, V times).
+template <class T, int V>
+__device__ __forceinline__ void decode16(const WeightScales& s, uint4 raw, int64_t e, int64_t p, int64_t k,
+                                         uint4 (&out)[V]) {
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+        T* t = reinterpret_cast<T*>(&out[v]);
+        if constexpr (V == 2) {  // e4m3: bytes 8v .. 8v + 7
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const uint32_t c = w[2 * v + i];
+                const float2 lo = e4m3x2_to_f32(c), hi = e4m3x2_to_f32(c >> 16);
+                t[4 * i] = from_f32<T>(lo.x), t[4 * i + 1] = from_f32<T>(lo.y);
+                t[4 * i + 2] = from_f32<T>(hi.x), t[4 * i + 3] = from_f32<T>(hi.y);
+            }
+        } else {  // e2m1: word v holds weights 8v .. 8v + 7, low nibble first
+            const float sc = fold_scale(s, e, p, k + 8 * v);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) t[i] = from_f32<T>(e2m1_to_f32(w[v] >> (4 * i)) * sc);
+        }
+    }
+}
+
+// ---- main loop 1: mma.sync, K-major weights (kQuant: codes decoded in the load). Partial sums ->
+// sacc[ks][row][token] (pitch mc + 1). V: 16-byte vectors of T per thread and k step (V > 1: quantized codes, one
+// 16-byte load of 8V codes feeds V vectors, and a k step is 32V deep).
+template <class T, int RT, int NT, bool kQuant, int V>
 __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, const RowMap& map, float* sacc, int bw) {
     constexpr int kMc = 8 * NT;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -77,20 +119,31 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
     const int rg_count = 8 / a.ks, rg = warp % rg_count, ks = warp / rg_count;
     const T* W = static_cast<const T*>(a.W) + int64_t(tile.e) * a.R * a.K;
     const T* X = static_cast<const T*>(a.X);
+    const int64_t row_bytes = quant_row_bytes(a.scales.format, a.K);
 
     const T* wp[RT][2];
+    const uint8_t* wq[RT][2];  // kQuant: the row's codes
+    int64_t wrow[RT][2];
 #pragma unroll
     for (int t = 0; t < RT; ++t)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int64_t p = map(rg * 16 * RT + t * 16 + g + 8 * h);
-            wp[t][h] = p >= 0 ? W + p * a.K + 8 * q : nullptr;
+            wrow[t][h] = p;
+            if constexpr (kQuant) {
+                wq[t][h] =
+                    p >= 0 ? static_cast<const uint8_t*>(a.W) + (int64_t(tile.e) * a.R + p) * row_bytes : nullptr;
+                wp[t][h] = p >= 0 ? W : nullptr;  // non-null marks the row as present
+            } else {
+                wq[t][h] = nullptr;
+                wp[t][h] = p >= 0 ? W + p * a.K + 8 * q : nullptr;
+            }
         }
     const T* xp[NT];
 #pragma unroll
     for (int c = 0; c < NT; ++c) {
         const int i = 8 * c + g;
-        xp[c] = i < tile.nrows ? X + int64_t(a.row_slot[tile.row0 + i] / a.x_div) * a.K + 8 * q : nullptr;
+        xp[c] = i < tile.nrows ? X + int64_t(a.row_slot[tile.row0 + i] / a.x_div) * a.K + 8 * V * q : nullptr;
     }
     float acc[RT][NT][4];
 #pragma unroll
@@ -99,41 +152,98 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
         for (int c = 0; c < NT; ++c) acc[t][c][0] = acc[t][c][1] = acc[t][c][2] = acc[t][c][3] = 0.0f;
 
     const int64_t kchunk = (a.K + a.ks - 1) / a.ks;
-    const int64_t kc = (kchunk + 31) / 32 * 32;  // split points on 32-element boundaries (one mma k step)
+    const int64_t kc = (kchunk + 32 * V - 1) / (32 * V) * (32 * V);  // split points on k step boundaries
     const int64_t k_begin = ks * kc, k_end = min(a.K, k_begin + kc);
     constexpr int kU = RT == 1 ? 4 : 2;  // 32-element k steps per iteration: 8 weight loads of 16 B in flight
     const uint4 zero = {0, 0, 0, 0};
 
+    // kQuant: each 32-wide k step goes into tmp, promoted onto acc at the end of each K slice (and of the split):
+    // acc += tmp * x_scale(token row, slice) * promo_scale(weight row, slice).
+    float tmp[kQuant ? RT : 1][kQuant ? NT : 1][4] = {};
+    const int64_t k_slice = kQuant ? promotion_group(a.scales, a.K) : a.K, slices = a.K / k_slice;
+    int64_t xrow[NT][2];  // kQuant: X row of tokens 8c + 2q, 8c + 2q + 1 (-1: none)
+#pragma unroll
+    for (int c = 0; c < NT; ++c)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            const int i = 8 * c + 2 * q + j;
+            xrow[c][j] = i < tile.nrows ? int64_t(a.row_slot[tile.row0 + i] / a.x_div) : -1;
+        }
+    auto promote = [&](int64_t k_at) {  // k_at: a K inside the slice
+        const int64_t slice = k_at / k_slice;
+        float sw[RT][2], sx[NT][2];
+#pragma unroll
+        for (int t = 0; t < RT; ++t)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                sw[t][h] = wrow[t][h] >= 0 ? promo_scale(a.scales, tile.e, wrow[t][h], slice * k_slice) : 0.0f;
+#pragma unroll
+        for (int c = 0; c < NT; ++c)
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+                sx[c][j] = xrow[c][j] < 0          ? 0.0f
+                           : a.x_scales != nullptr ? a.x_scales[xrow[c][j] * slices + slice]
+                                                   : 1.0f;
+#pragma unroll
+        for (int t = 0; t < RT; ++t)
+#pragma unroll
+            for (int c = 0; c < NT; ++c)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    acc[t][c][i] = fmaf(tmp[t][c][i], sw[t][i / 2] * sx[c][i % 2], acc[t][c][i]);
+                    tmp[t][c][i] = 0.0f;
+                }
+    };
+
     auto step = [&](int64_t k, auto u_const, auto guarded_const) {
         constexpr int U = decltype(u_const)::value;
         constexpr bool kGuard = decltype(guarded_const)::value;
-        uint4 wv[U][RT][2];
+        uint4 wv[U][RT][2][V];
 #pragma unroll
         for (int u = 0; u < U; ++u)
 #pragma unroll
             for (int t = 0; t < RT; ++t)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    const bool ok = wp[t][h] != nullptr && (!kGuard || k + 32 * u + 8 * q < k_end);
-                    wv[u][t][h] = ok ? ld_stream16<true>(wp[t][h] + k + 32 * u) : zero;
+                    const int64_t kk = k + 32 * V * u + 8 * V * q;  // this thread's first weight of the step
+                    const bool ok = wp[t][h] != nullptr && (!kGuard || kk < k_end);
+                    if constexpr (kQuant && V > 1) {
+                        const int64_t byte = a.scales.format == QuantFormat::kFp8 ? kk : kk / 2;
+                        const uint4 raw = ok ? ld_stream16<true>(wq[t][h] + byte) : zero;
+                        decode16<T, V>(a.scales, raw, tile.e, wrow[t][h] < 0 ? 0 : wrow[t][h], kk, wv[u][t][h]);
+                    } else if constexpr (kQuant) {
+                        wv[u][t][h][0] = ok ? load_quant8<T>(a.scales, wq[t][h], tile.e, wrow[t][h], kk) : zero;
+                    } else {
+                        wv[u][t][h][0] = ok ? ld_stream16<true>(wp[t][h] + k + 32 * u) : zero;
+                    }
                 }
 #pragma unroll
-        for (int u = 0; u < U; ++u)
+        for (int u = 0; u < U; ++u) {
 #pragma unroll
             for (int c = 0; c < NT; ++c) {
                 if (8 * c >= tile.nrows) continue;  // CTA-uniform: no MMA for empty token groups
-                const bool ok = xp[c] != nullptr && (!kGuard || k + 32 * u + 8 * q < k_end);
-                const uint4 xv = ok ? __ldg(reinterpret_cast<const uint4*>(xp[c] + k + 32 * u)) : zero;
+                const bool ok = xp[c] != nullptr && (!kGuard || k + 32 * V * u + 8 * V * q < k_end);
 #pragma unroll
-                for (int t = 0; t < RT; ++t) {
-                    mma16816<T>(acc[t][c], wv[u][t][0].x, wv[u][t][1].x, wv[u][t][0].y, wv[u][t][1].y, xv.x, xv.y);
-                    mma16816<T>(acc[t][c], wv[u][t][0].z, wv[u][t][1].z, wv[u][t][0].w, wv[u][t][1].w, xv.z, xv.w);
+                for (int v = 0; v < V; ++v) {
+                    const uint4 xv = ok ? __ldg(reinterpret_cast<const uint4*>(xp[c] + k + 32 * V * u + 8 * v)) : zero;
+#pragma unroll
+                    for (int t = 0; t < RT; ++t) {
+                        float(&d)[4] = kQuant ? tmp[kQuant ? t : 0][kQuant ? c : 0] : acc[t][c];
+                        const uint4 &w0 = wv[u][t][0][v], &w1 = wv[u][t][1][v];
+                        mma16816<T>(d, w0.x, w1.x, w0.y, w1.y, xv.x, xv.y);
+                        mma16816<T>(d, w0.z, w1.z, w0.w, w1.w, xv.z, xv.w);
+                    }
                 }
             }
+            if constexpr (kQuant) {
+                const int64_t k_next = k + 32 * V * (u + 1);  // uniform over the warp
+                if (k_next % k_slice == 0 || k_next >= k_end) promote(k + 32 * V * u);
+            }
+        }
     };
     int64_t k = k_begin;
-    for (; k + 32 * kU <= k_end; k += 32 * kU) step(k, std::integral_constant<int, kU>{}, std::false_type{});
-    for (; k < k_end; k += 32) step(k, std::integral_constant<int, 1>{}, std::true_type{});
+    for (; k + 32 * V * kU <= k_end; k += 32 * V * kU) step(k, std::integral_constant<int, kU>{}, std::false_type{});
+    for (; k < k_end; k += 32 * V) step(k, std::integral_constant<int, 1>{}, std::true_type{});
 
     float* base = sacc + int64_t(ks) * bw * (kMc + 1);
 #pragma unroll
@@ -191,7 +301,7 @@ __device__ __forceinline__ void loop_vecn(const ProjArgs& a, const Tile& tile, c
 }
 
 // ---- main loop 3: anything else. Thread = one logical weight row x one of 4 K splits, 8 rows, scalar loads.
-template <class T>
+template <class T, bool kQuant>
 __device__ __forceinline__ void loop_generic(const ProjArgs& a, const Tile& tile, const RowMap& map, float* sacc,
                                              int bw) {
     constexpr int kMc = 8, kKs = 4;
@@ -211,9 +321,11 @@ __device__ __forceinline__ void loop_generic(const ProjArgs& a, const Tile& tile
     if (p >= 0) {
         const int64_t stride = a.n_major ? a.R : 1;
         const T* w = a.n_major ? W + p : W + p * a.K;
+        const uint8_t* wq =
+            static_cast<const uint8_t*>(a.W) + (int64_t(tile.e) * a.R + p) * quant_row_bytes(a.scales.format, a.K);
 #pragma unroll 4
         for (int64_t k = k_begin; k < k_end; ++k) {
-            const float wk = to_f32(__ldg(w + k * stride));
+            const float wk = kQuant ? dequant1(a.scales, wq, tile.e, p, k) : to_f32(__ldg(w + k * stride));
 #pragma unroll
             for (int i = 0; i < kMc; ++i)
                 if (xp[i] != nullptr) acc[i] = fmaf(wk, to_f32(xp[i][k]), acc[i]);
@@ -289,7 +401,7 @@ __device__ void fused_combine(const ProjArgs& a, int64_t n0, int bw) {
 }
 
 // Grid: x = tiles (tiles_bound; those >= *num_tiles only arrive), y = blocks of bw logical weight rows.
-template <class T, Loop kLoop, int RT, int NT, int V>
+template <class T, Loop kLoop, int RT, int NT, int V, bool kQuant>
 __global__ void __launch_bounds__(kThreads, 2) batched_proj_kernel(const __grid_constant__ ProjArgs a) {
     // Programmatic dependent launch: this grid may start while the previous kernel finishes; wait for its results
     // here, then let the next projection's CTAs be scheduled as ours retire (both are no-ops without PDL).
@@ -306,11 +418,11 @@ __global__ void __launch_bounds__(kThreads, 2) batched_proj_kernel(const __grid_
     if (w < *a.num_tiles) {
         const Tile tile{a.tile_expert[w], a.tile_row0[w], a.tile_nrows[w]};
         if constexpr (kLoop == Loop::kMma) {
-            loop_mma<T, RT, NT>(a, tile, map, sacc, bw);
+            loop_mma<T, RT, NT, kQuant, V>(a, tile, map, sacc, bw);
         } else if constexpr (kLoop == Loop::kVecN) {
             loop_vecn<T, V>(a, tile, map, sacc, bw);
         } else {
-            loop_generic<T>(a, tile, map, sacc, bw);
+            loop_generic<T, kQuant>(a, tile, map, sacc, bw);
         }
         __syncthreads();
         epilogue<T>(a, tile, map, sacc, bw, ks, mc);

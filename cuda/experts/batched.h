@@ -31,7 +31,10 @@ struct ProjArgs {
     // kDown: y[s] = (acc + bias) * topk_weight[s]
     const void* weights;
     bool weights_f32;
-    DType dtype;  // activations; W is stored in it too (quantized W: issue #11)
+    DType dtype;          // activations; W is stored in it too unless scales.format says it is quantized
+    WeightScales scales;  // quantized W: K-major codes (E, R, K bytes or K / 2 for FP4) and their scales
+    // Quantized W and activations: X holds e4m3 codes and these the scales of each (X row, K slice); else nullptr.
+    const float* x_scales;
     // kDown fused combine: the last CTA of each column block sums y over the slots of every token (slot order).
     int32_t* arrive;  // (column blocks,) zeroed by the routing kernel, or nullptr (no fused combine)
     void* final_out;  // (T, R) dtype

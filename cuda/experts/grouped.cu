@@ -1,5 +1,6 @@
 // The grouped_mm pipeline (prefill): device routing into 128-row expert blocks -> gather of x -> grouped GEMM up
 // (gate epilogue, bias) -> grouped GEMM down (bias, row_scale = routing weight, f32 out) -> combine in token order.
+// Quantized activations are rounded after the gather and after the up GEMM (e4m3 bytes for the FP8 kernel).
 // No host sync: every size the host needs is a bound (P = S + min(E, S) * 127), so the call is graph-capturable.
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
@@ -19,45 +20,70 @@ void run_grouped(const ExpertsArgs& a, cudaStream_t stream) {
     const size_t h_rows = ws.reserve(size_t(P) * size_t(a.I) * esize);    // (P, I) hidden activation
     const size_t u_rows = a.has_gate ? 0 : ws.reserve_n<float>(P * a.I);  // ungated: (P, I) f32 pre-activation
     const size_t y_rows = ws.reserve_n<float>(P * a.H);                   // (P, H) f32 down projection, weighted
+    const bool codes = activation_codes(a);  // quantized activations as codes + per-slice scales
+    const size_t x_scales = codes ? ws.reserve_n<float>(P * act_slices(a, true)) : 0;
+    const size_t h_scales = codes ? ws.reserve_n<float>(P * act_slices(a, false)) : 0;
+    // FP8 weights with quantized activations: e4m3 bytes of x and h for the sm_90a FP8 kernel, when it takes both.
+    const bool fp8_candidate = codes && a.gate_up_scales.format == QuantFormat::kFp8;
+    const size_t x8_rows = fp8_candidate ? ws.reserve(size_t(P) * size_t(a.H)) : 0;
+    const size_t h8_rows = fp8_candidate ? ws.reserve(size_t(P) * size_t(a.I)) : 0;
     ws.allocate();
 
     const RoutingArgs r = rb.args(ws, a.top_k_index, a.ids_i64);
+    GroupedGemmArgs up{.A = ws.at<void>(x_rows),
+                       .B = a.gate_up_proj,
+                       .D = a.has_gate ? ws.at<void>(h_rows) : ws.at<void>(u_rows),
+                       .bias = a.gate_up_bias,
+                       .row_scale = nullptr,
+                       .m_tile_expert = r.tile_expert,
+                       .num_m_tiles = r.num_tiles,
+                       .expert_row_start = r.expert_row_start,
+                       .expert_row_count = r.expert_count,
+                       .P = P,
+                       .N = N,
+                       .K = a.H,
+                       .E = E,
+                       .max_m_tiles = rb.tiles_bound,
+                       .dtype = a.dtype,
+                       .b_n_major = a.is_transposed,
+                       .d_f32 = !a.has_gate,
+                       .epilogue = a.has_gate ? Epilogue::kGate : Epilogue::kStore,
+                       .gate = a.gate,
+                       .b_dtype = a.weight_dtype,
+                       .b_scales = a.gate_up_scales,
+                       .a_scales = codes ? ws.at<float>(x_scales) : nullptr,
+                       .a_fp8 = false};
+    GroupedGemmArgs down = up;
+    down.A = ws.at<void>(h_rows), down.B = a.down_proj, down.D = ws.at<void>(y_rows), down.bias = a.down_bias;
+    down.row_scale = ws.at<float>(row_scale), down.N = a.H, down.K = a.I, down.d_f32 = true;
+    down.epilogue = Epilogue::kStore, down.b_scales = a.down_scales;
+    down.a_scales = codes ? ws.at<float>(h_scales) : nullptr;
+    if (fp8_candidate) {
+        up.A = ws.at<void>(x8_rows), down.A = ws.at<void>(h8_rows);
+        const bool fp8 = grouped_gemm_takes_fp8(up) && grouped_gemm_takes_fp8(down);
+        up.a_fp8 = down.a_fp8 = fp8;
+        if (!fp8) up.A = ws.at<void>(x_rows), down.A = ws.at<void>(h_rows);
+    }
+
     launch_routing(r, stream);
-
     launch_gather_rows(gather_args(a, r, ws.at<void>(x_rows), ws.at<float>(row_scale), P), stream);
-
-    const GroupedGemmArgs up{.A = ws.at<void>(x_rows),
-                             .B = a.gate_up_proj,
-                             .D = a.has_gate ? ws.at<void>(h_rows) : ws.at<void>(u_rows),
-                             .bias = a.gate_up_bias,
-                             .row_scale = nullptr,
-                             .m_tile_expert = r.tile_expert,
-                             .num_m_tiles = r.num_tiles,
-                             .expert_row_start = r.expert_row_start,
-                             .expert_row_count = r.expert_count,
-                             .P = P,
-                             .N = N,
-                             .K = a.H,
-                             .E = E,
-                             .max_m_tiles = rb.tiles_bound,
-                             .dtype = a.dtype,
-                             .b_n_major = a.is_transposed,
-                             .d_f32 = !a.has_gate,
-                             .epilogue = a.has_gate ? Epilogue::kGate : Epilogue::kStore,
-                             .gate = a.gate,
-                             .b_dtype = a.weight_dtype,
-                             .b_scales = a.gate_up_scales};
+    // Quantized activations: the gathered rows and later h rounded (in place, or into e4m3 bytes for the FP8
+    // kernel), each row by its tile's expert.
+    auto quantize_rows = [&](bool is_up, void* rows, const GroupedGemmArgs& gemm) {
+        ActQuantArgs q = act_quant_args(a, is_up, rows, const_cast<void*>(gemm.A), P, 1);  // workspace: ours
+        q.tile_expert = r.tile_expert, q.num_tiles = r.num_tiles, q.tile_rows = kRowAlign;
+        if (codes) q.scale_out = ws.at<float>(is_up ? x_scales : h_scales);
+        q.dst_e4m3 = gemm.a_fp8;
+        launch_act_quant(q, stream);
+    };
+    if (quantizes_activations(a)) quantize_rows(true, ws.at<void>(x_rows), up);
     launch_grouped_gemm(up, stream);
 
     if (!a.has_gate) {  // the GEMM contract has no "act only" epilogue: activation in one row-wise pass
         launch_hidden_act(hidden_act_args(a, r, ws.at<float>(u_rows), ws.at<void>(h_rows), P, a.I, nullptr, false),
                           stream);
     }
-
-    GroupedGemmArgs down = up;
-    down.A = ws.at<void>(h_rows), down.B = a.down_proj, down.D = ws.at<void>(y_rows), down.bias = a.down_bias;
-    down.row_scale = ws.at<float>(row_scale), down.N = a.H, down.K = a.I, down.d_f32 = true;
-    down.epilogue = Epilogue::kStore, down.b_scales = a.down_scales;
+    if (quantizes_activations(a)) quantize_rows(false, ws.at<void>(h_rows), down);
     launch_grouped_gemm(down, stream);
 
     launch_combine(combine_args(a, ws.at<float>(y_rows), r.slot_row, /*weighted=*/false), stream);

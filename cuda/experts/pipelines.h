@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "cuda/experts/act_quant.h"
 #include "cuda/experts/combine.h"
 #include "cuda/experts/hidden_act.h"
 #include "cuda/launch.h"
@@ -53,6 +54,38 @@ inline HiddenActArgs hidden_act_args(const ExpertsArgs& a, const RoutingArgs& r,
                          .ids_i64 = a.ids_i64,
                          .has_gate = gated,
                          .gate = a.gate};
+}
+
+inline bool quantizes_activations(const ExpertsArgs& a) { return a.act_quant.mode != ActivationQuant::kNone; }
+// 16-bit kernels take quantized activations as codes plus per-slice scales (promotion); f32 ones as rounded values.
+inline bool activation_codes(const ExpertsArgs& a) { return quantizes_activations(a) && a.dtype != DType::kF32; }
+// Scales per row of the up (K = H) or down (K = I) projection's input in codes mode.
+inline int64_t act_slices(const ExpertsArgs& a, bool up) {
+    return up ? a.H / a.act_quant.up_group : a.I / a.act_quant.down_group;
+}
+
+// Activation quantization of the input of the up (K = H) or down (K = I) projection: rows of `src` (row r reads src
+// row r / src_div) rounded into `dst`. The caller sets the expert source (ids or tiles) when it has one, and
+// scale_out in codes mode.
+inline ActQuantArgs act_quant_args(const ExpertsArgs& a, bool up, const void* src, void* dst, int64_t rows,
+                                   int64_t src_div) {
+    const bool st = a.act_quant.mode == ActivationQuant::kStatic;
+    return ActQuantArgs{.src = src,
+                        .dst = dst,
+                        .rows = rows,
+                        .K = up ? a.H : a.I,
+                        .src_div = src_div,
+                        .group = up ? a.act_quant.up_group : a.act_quant.down_group,
+                        .static_scale = st ? (up ? a.act_quant.up_scale : a.act_quant.down_scale) : nullptr,
+                        .scale_out = nullptr,
+                        .dst_e4m3 = false,
+                        .ids = nullptr,
+                        .ids_i64 = a.ids_i64,
+                        .tile_expert = nullptr,
+                        .num_tiles = nullptr,
+                        .tile_rows = 1,
+                        .E = a.E,
+                        .dtype = a.dtype};
 }
 
 // out = the slot-ordered sum over Y (rows, H) f32: rows by slot_row (nullptr: row = slot); weighted: the down bias

@@ -16,10 +16,16 @@ void run_experts(const ExpertsArgs& a, Algo algo, void* stream) {
                  ErrorCode::kInvalidArgument, "run_experts: null tensor pointer");
     MOEX_REQUIRE(is_float_activation(a.dtype), ErrorCode::kInvalidArgument,
                  "run_experts: activations must be bf16, f16 or f32, not " + std::string(dtype_name(a.dtype)));
-    MOEX_REQUIRE(a.weight_dtype == a.dtype && !a.gate_up_scales.data && !a.down_scales.data, ErrorCode::kUnsupported,
+    const bool quant = a.gate_up_scales.format != QuantFormat::kNone;
+    MOEX_REQUIRE(quant ? a.down_scales.format == a.gate_up_scales.format && a.gate_up_scales.data &&
+                             a.down_scales.data && !a.is_transposed
+                       : a.weight_dtype == a.dtype && a.act_quant.mode == ActivationQuant::kNone,
+                 ErrorCode::kUnsupported,
                  "run_experts: " + std::string(dtype_name(a.weight_dtype)) +
-                     " weights: the CUDA experts kernels take weights in the activation dtype only (quantized "
-                     "experts are not implemented yet)");
+                     " weights: the CUDA experts kernels take weights in the activation dtype, or quantized (E, N, K) "
+                     "weights with the scales of both projections");
+    MOEX_REQUIRE(!quant || algo != Algo::kEager, ErrorCode::kUnsupported,
+                 "run_experts: the eager pipeline takes no quantized weights (use batched_mm or grouped_mm)");
     MOEX_REQUIRE(a.has_gate || (a.gate.concatenated && a.gate.kind == GateKind::kDefault), ErrorCode::kInvalidArgument,
                  "run_experts: the interleaved layout and the gpt-oss gate need a gate");
     MOEX_REQUIRE(a.T * a.k < (int64_t(1) << 30), ErrorCode::kUnsupported,

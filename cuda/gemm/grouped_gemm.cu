@@ -10,10 +10,8 @@
 #include "cuda/gemm/grouped_gemm_portable.cuh"
 
 namespace moex::cuda {
-namespace {
 
-// MOEX_GEMM=portable forces the portable kernel (lets the GPU check run every test through both kernels).
-bool force_portable() {
+bool gemm_forced_portable() {
     static const bool forced = [] {
         const char* v = std::getenv("MOEX_GEMM");
         return v != nullptr && std::strcmp(v, "portable") == 0;
@@ -21,10 +19,12 @@ bool force_portable() {
     return forced;
 }
 
-template <class T, int V, bool kNMajor>
+namespace {
+
+template <class T, int V, bool kNMajor, bool kQuant = false>
 void launch_portable_as(const GroupedGemmArgs& g, cudaStream_t stream) {
     using namespace gemm_portable;
-    auto kernel = grouped_gemm_portable_kernel<T, V, kNMajor>;
+    auto kernel = grouped_gemm_portable_kernel<T, V, kNMajor, kQuant>;
     constexpr size_t smem = smem_bytes<T>();
     static_assert(smem <= 227 * 1024, "portable GEMM tile does not fit in shared memory");
     allow_dynamic_smem(kernel, smem);
@@ -43,6 +43,10 @@ void launch_portable_typed(const GroupedGemmArgs& g, cudaStream_t stream) {
     const bool gate_concat = g.epilogue == Epilogue::kGate && g.gate.concatenated;
     const bool vec =
         g.K % V == 0 && g.N % V == 0 && (!gate_concat || (g.N / 2) % V == 0) && is_aligned16(g.A) && is_aligned16(g.B);
+    if (g.b_scales.format != QuantFormat::kNone) {  // K-major codes (validated by run_experts)
+        if (vec) return launch_portable_as<T, V, false, true>(g, stream);
+        return launch_portable_as<T, 1, false, true>(g, stream);
+    }
     if (g.b_n_major) {
         if (vec) return launch_portable_as<T, V, true>(g, stream);
         return launch_portable_as<T, 1, true>(g, stream);
@@ -69,9 +73,15 @@ void launch_grouped_gemm_portable(const GroupedGemmArgs& g, void* stream) {
 }
 
 void launch_grouped_gemm(const GroupedGemmArgs& g, void* stream) {
-    MOEX_REQUIRE(g.b_dtype == g.dtype && g.b_scales.data == nullptr, ErrorCode::kUnsupported,
-                 "grouped GEMM: weights must be stored in the activation dtype (quantized weights have no kernel yet)");
-    if (g.dtype != DType::kF32 && !force_portable() && launch_grouped_gemm_sm90(g, stream)) return;
+    const bool quant = g.b_scales.format != QuantFormat::kNone;
+    MOEX_REQUIRE(quant ? g.b_scales.data != nullptr && !g.b_n_major : g.b_dtype == g.dtype, ErrorCode::kUnsupported,
+                 "grouped GEMM: weights must be stored in the activation dtype, or quantized K-major with scales");
+    if (g.a_fp8) {  // e4m3 A: the pipeline asked grouped_gemm_takes_fp8 first
+        MOEX_REQUIRE(launch_grouped_gemm_sm90(g, stream), ErrorCode::kUnsupported,
+                     "grouped GEMM: e4m3 activations need the sm_90a FP8 kernel, which refused these arguments");
+        return;
+    }
+    if (g.dtype != DType::kF32 && !gemm_forced_portable() && launch_grouped_gemm_sm90(g, stream)) return;
     launch_grouped_gemm_portable(g, stream);
 }
 

@@ -36,13 +36,22 @@ struct GroupedGemmArgs {
     bool d_f32;
     Epilogue epilogue;
     GateParams gate;  // kGate: the gate, and the column order of B's rows ([gate | up] or interleaved)
-    // B as stored: b_dtype == dtype with no scales is the only state the kernels take today (quantized B: issue #11).
+    // B as stored: b_dtype == dtype (b_scales.format kNone), or quantized K-major codes with their scales. 16-bit
+    // kernels take the codes exactly and promote the scales onto the f32 partial sums of each K slice (quant.cuh);
+    // A then holds e4m3 codes too when a_scales is set: (P, K / slice) f32 scales of each row's slices.
     DType b_dtype;
     WeightScales b_scales;
+    const float* a_scales;
+    bool a_fp8;  // A holds (P, K) e4m3 bytes (with a_scales): only the sm_90a FP8 kernel takes it
 };
 
+// MOEX_GEMM=portable: the portable kernel for everything it can run (the GPU check runs every test through both).
+bool gemm_forced_portable();
 // Picks the kernel: the sm_90a WGMMA kernel for bf16/f16 when K and N meet its alignment, else the portable one.
 void launch_grouped_gemm(const GroupedGemmArgs& args, void* stream);
+// Whether the sm_90a FP8 kernel (e4m3 A and B, promotion per 128-deep K block) runs these arguments with A as e4m3
+// bytes (args.a_fp8 is ignored): the pipelines ask before they quantize A into bytes or into codes of the dtype.
+bool grouped_gemm_takes_fp8(const GroupedGemmArgs& args);
 // The Hopper kernel alone (bf16/f16; K % 8 == 0, N % 8 == 0); returns false when the shape is not supported.
 bool launch_grouped_gemm_sm90(const GroupedGemmArgs& args, void* stream);
 // The portable kernel (any dtype, any K/N; slower): correctness fallback and f32 path.

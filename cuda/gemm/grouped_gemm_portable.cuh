@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "cuda/common/numeric.cuh"
+#include "cuda/common/quant.cuh"
 #include "cuda/gemm/grouped_gemm.h"
 
 namespace moex::cuda::gemm_portable {
@@ -79,9 +80,36 @@ __device__ __forceinline__ void store_vec(T* p, const typename Stage<T, V>::Vec&
     }
 }
 
+// V quantized weights (e, p, k .. k + V - 1) of K-major row bytes `row`, rounded to T (zeros when !ok).
+template <int V, class T>
+__device__ __forceinline__ typename Stage<T, V>::Vec load_quant_vec(const WeightScales& s, const uint8_t* row,
+                                                                    int64_t e, int64_t p, int64_t k, bool ok) {
+    using Vec = typename Stage<T, V>::Vec;
+    constexpr bool k16 = sizeof(T) == 2;  // code * fold_scale, the rest promoted; f32: the whole value
+    if constexpr (V == 1) {
+        if (!ok) return T(0.0f);
+        return from_f32<T>(k16 ? dequant1_folded(s, row, e, p, k) : dequant1(s, row, e, p, k));
+    } else {
+        Vec v{0, 0, 0, 0};
+        if (!ok) return v;
+        T* t = reinterpret_cast<T*>(&v);
+        if constexpr (V == 8) {
+            float f[8];
+            dequant8_folded(s, row, e, p, k, f);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) t[i] = from_f32<T>(f[i]);
+        } else {
+#pragma unroll
+            for (int i = 0; i < V; ++i) t[i] = from_f32<T>(dequant1(s, row, e, p, k + i));
+        }
+        return v;
+    }
+}
+
 // Global -> registers for the K tile at k0. V elements per vector (V divides K, N and N/2 when V > 1).
-template <class T, int V, bool kNMajor>
-__device__ __forceinline__ void load_stage(Stage<T, V>& st, const GroupedGemmArgs& g, const T* A, const T* B,
+// kQuant: B holds quantized codes (K-major), decoded here: 16-bit T gets code * fold_scale (exact), f32 the value.
+template <class T, int V, bool kNMajor, bool kQuant>
+__device__ __forceinline__ void load_stage(Stage<T, V>& st, const GroupedGemmArgs& g, const T* A, const void* Bv, int e,
                                            const ColMap& cmap, int64_t row0, int64_t k0) {
     const int tid = threadIdx.x;
 #pragma unroll
@@ -93,11 +121,20 @@ __device__ __forceinline__ void load_stage(Stage<T, V>& st, const GroupedGemmArg
 #pragma unroll
     for (int v = 0; v < Stage<T, V>::kNV; ++v) {
         const int id = tid + v * kThreads;
-        if constexpr (!kNMajor) {  // B_e (N, K): logical row j <- physical row cmap(j)
+        if constexpr (kQuant) {
+            const int j = id / (kBK / V), k = (id % (kBK / V)) * V;
+            const int64_t p = cmap(j), rb = quant_row_bytes(g.b_scales.format, g.K);
+            const uint8_t* row = static_cast<const uint8_t*>(Bv) + (int64_t(e) * g.N + (p < 0 ? 0 : p)) * rb;
+            st.b[v] = load_quant_vec<V, T>(g.b_scales, row, e, p, k0 + k, p >= 0 && k0 + k < g.K);
+        } else if constexpr (!kNMajor) {  // B_e (N, K): logical row j <- physical row cmap(j)
+            const T* B = static_cast<const T*>(Bv) + int64_t(e) * g.N * g.K;
             const int j = id / (kBK / V), k = (id % (kBK / V)) * V;
             const int64_t p = cmap(j);
             st.b[v] = load_vec<V>(B + (p < 0 ? 0 : p) * g.K + k0 + k, p >= 0 && k0 + k < g.K);
-        } else {  // B_e (K, N): logical column j <- physical column cmap(j); V columns are contiguous
+        } else {
+            const T* B = static_cast<const T*>(Bv) +
+                         int64_t(e) * g.N *
+                             g.K;  // B_e (K, N): logical column j <- physical column cmap(j); V columns are contiguous
             const int k = id / (kBN / V), j = (id % (kBN / V)) * V;
             const int64_t p = cmap(j);
             st.b[v] = load_vec<V>(B + (k0 + k) * g.N + (p < 0 ? 0 : p), p >= 0 && k0 + k < g.K);
@@ -186,6 +223,39 @@ __device__ __forceinline__ void compute_mma(float (&acc)[4][4][4], const T* As, 
     }
 }
 
+// Promotion (quantized weights, 16-bit): acc += tmp * a_scale(row, slice) * promo_scale(column, slice); tmp = 0.
+// Thread layout as compute_mma: rows wm*64 + mi*16 + g (+8), columns wn*32 + ni*8 + 2q (+1).
+__device__ __forceinline__ void promote_mma(float (&acc)[4][4][4], float (&tmp)[4][4][4], const GroupedGemmArgs& g,
+                                            const ColMap& cmap, int e, int64_t row0, int64_t k_slice, int64_t slices) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int gq = lane >> 2, q = lane & 3, wm = warp >> 2, wn = warp & 3;
+    float sa[4][2], sw[4][2];
+    const int64_t slice = k_slice / promotion_group(g.b_scales, g.K);
+#pragma unroll
+    for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int64_t r = row0 + wm * 64 + mi * 16 + gq + 8 * h;
+            sa[mi][h] = g.a_scales != nullptr ? g.a_scales[r * slices + slice] : 1.0f;
+        }
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            const int64_t p = cmap(wn * 32 + ni * 8 + 2 * q + c);
+            sw[ni][c] = p >= 0 ? promo_scale(g.b_scales, e, p, k_slice) : 0.0f;
+        }
+#pragma unroll
+    for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                acc[mi][ni][i] = fmaf(tmp[mi][ni][i], sa[mi][i / 2] * sw[ni][i % 2], acc[mi][ni][i]);
+                tmp[mi][ni][i] = 0.0f;
+            }
+}
+
 template <class T>
 __device__ __forceinline__ void store_acc_mma(const float (&acc)[4][4][4], float* Cs) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -260,7 +330,7 @@ __device__ void epilogue(const GroupedGemmArgs& g, const float* Cs, int e, int64
 }
 
 // Grid: x = M tiles (max_m_tiles; tiles >= *num_m_tiles exit), y = column tiles. 256 threads.
-template <class T, int V, bool kNMajor>
+template <class T, int V, bool kNMajor, bool kQuant>
 __global__ void __launch_bounds__(kThreads) grouped_gemm_portable_kernel(const __grid_constant__ GroupedGemmArgs g) {
     const int m = blockIdx.x;
     if (m >= *g.num_m_tiles) return;
@@ -275,19 +345,28 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_portable_kernel(const _
     const int64_t first = int64_t(blockIdx.y) * (gate ? kBN / 2 : kBN);
     const ColMap cmap{g.N, g.N / 2, first, gate, g.gate.concatenated};
     const T* A = static_cast<const T*>(g.A);
-    const T* B = static_cast<const T*>(g.B) + int64_t(e) * g.N * g.K;
+    // A bad expert id (never written by the routing) loads expert 0's weights in bounds; its rows are padding.
+    const int eb = e >= 0 && e < g.E ? e : 0;
 
-    constexpr bool kMma = sizeof(T) == 2;
+    constexpr bool kMma = sizeof(T) == 2, kPromote = kQuant && kMma;
     float acc_mma[kMma ? 4 : 1][4][4] = {};
+    float tmp_mma[kPromote ? 4 : 1][4][4] = {};  // kPromote: this K slice's partial sums
+    const int64_t k_slice = kPromote ? promotion_group(g.b_scales, g.K) : g.K;
     float acc_simt[kMma ? 1 : 8][8] = {};
     Stage<T, V> st;
-    load_stage<T, V, kNMajor>(st, g, A, B, cmap, row0, 0);
+    load_stage<T, V, kNMajor, kQuant>(st, g, A, g.B, eb, cmap, row0, 0);
     store_stage<T, V, kNMajor>(st, As, Bs);
     __syncthreads();
     for (int64_t k0 = 0; k0 < g.K; k0 += kBK) {
         const bool more = k0 + kBK < g.K;
-        if (more) load_stage<T, V, kNMajor>(st, g, A, B, cmap, row0, k0 + kBK);  // in flight during the math
-        if constexpr (kMma) {
+        if (more)
+            load_stage<T, V, kNMajor, kQuant>(st, g, A, g.B, eb, cmap, row0, k0 + kBK);  // in flight during the math
+        if constexpr (kPromote) {
+            compute_mma<T, kNMajor>(reinterpret_cast<float(&)[4][4][4]>(tmp_mma), As, Bs);
+            if ((k0 + kBK) % k_slice == 0 || !more)  // slices are multiples of kBK (the host checks)
+                promote_mma(reinterpret_cast<float(&)[4][4][4]>(acc_mma), reinterpret_cast<float(&)[4][4][4]>(tmp_mma),
+                            g, cmap, eb, row0, k0 / k_slice * k_slice, g.K / k_slice);
+        } else if constexpr (kMma) {
             compute_mma<T, kNMajor>(reinterpret_cast<float(&)[4][4][4]>(acc_mma), As, Bs);
         } else {
             compute_simt<kNMajor>(reinterpret_cast<float(&)[8][8]>(acc_simt), As, Bs);

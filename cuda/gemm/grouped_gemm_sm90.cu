@@ -47,7 +47,7 @@ CUtensorMap make_map(const void* base, CUtensorMapDataType type, uint32_t rank, 
 }
 
 // Per kernel instantiation and device: the shared-memory opt-in (once) and how many 2-CTA clusters fit.
-template <typename T, bool kBNMajor, EpiKind kEpi>
+template <typename T, bool kBNMajor, EpiKind kEpi, bool kFp8>
 struct KernelSetup {
     static int max_pairs(int dev) {
         static std::mutex mu;
@@ -55,7 +55,7 @@ struct KernelSetup {
         static std::array<bool, kMaxDevices> done{};
         std::lock_guard<std::mutex> lock(mu);
         if (!done[dev]) {
-            auto kernel = sm90::grouped_gemm_sm90_kernel<T, kBNMajor, kEpi>;
+            auto kernel = sm90::grouped_gemm_sm90_kernel<T, kBNMajor, kEpi, kFp8>;
             CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sm90::kSmemBytes));
             cudaLaunchConfig_t cfg{};
             cudaLaunchAttribute attr{};
@@ -75,11 +75,14 @@ struct KernelSetup {
     }
 };
 
-template <typename T, bool kBNMajor, EpiKind kEpi>
+template <typename T, bool kBNMajor, EpiKind kEpi, bool kFp8>
 bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStream_t stream) {
     constexpr CUtensorMapDataType kType =
         std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-    constexpr uint64_t kEsz = 2;
+    // kFp8: A and B are e4m3 bytes; a box is still 128 bytes (128 values) x rows.
+    constexpr CUtensorMapDataType kInType = kFp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : kType;
+    constexpr uint64_t kEsz = kFp8 ? 1 : 2;
+    constexpr cuuint32_t kBoxK = sm90::kStageK<kFp8>;
     constexpr bool kGate = kEpi == EpiKind::kGate;
     const uint64_t P = a.P, N = a.N, K = a.K, E = a.E;
     const uint64_t n_out = kGate ? N / 2 : N;
@@ -88,13 +91,13 @@ bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStrea
     Sm90Params p{};
     {
         const cuuint64_t dims[2] = {K, P}, strides[1] = {K * kEsz};
-        const cuuint32_t box[2] = {sm90::kBlockK, sm90::kBlockM};
-        p.map_a = make_map(a.A, kType, 2, dims, strides, box);
+        const cuuint32_t box[2] = {kBoxK, sm90::kBlockM};
+        p.map_a = make_map(a.A, kInType, 2, dims, strides, box);
     }
     if (!kBNMajor) {
         const cuuint64_t dims[3] = {K, N, E}, strides[2] = {K * kEsz, N * K * kEsz};
-        const cuuint32_t box[3] = {sm90::kBlockK, sm90::kBlockN / 2, 1};
-        p.map_b = make_map(a.B, kType, 3, dims, strides, box);
+        const cuuint32_t box[3] = {kBoxK, sm90::kBlockN / 2, 1};
+        p.map_b = make_map(a.B, kInType, 3, dims, strides, box);
     } else {
         const cuuint64_t dims[3] = {N, K, E}, strides[2] = {N * kEsz, K * N * kEsz};
         const cuuint32_t box[3] = {64, sm90::kBlockK, 1};
@@ -120,13 +123,19 @@ bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStrea
     p.E = static_cast<int32_t>(E);
     p.num_n_tiles = static_cast<int32_t>(kGate && a.gate.concatenated ? (N / 2 + 127) / 128 : (N + 255) / 256);
     p.max_m_tiles = static_cast<int32_t>(a.max_m_tiles);
+    if constexpr (kFp8) {
+        p.b_scales = a.b_scales;
+        p.a_scales = a.a_scales;
+        p.k_slice = static_cast<int32_t>(promotion_group(a.b_scales, a.K));
+        p.a_slices = static_cast<int32_t>(a.K / p.k_slice);
+    }
 
     // Persistent grid: one CTA per SM (or per resident 2-CTA cluster slot), never more than the tile bound.
     const DeviceState& info = device_state();
     const int64_t tile_bound = std::max<int64_t>(1, a.max_m_tiles * p.num_n_tiles);
     int cluster = cfg.cluster_m == 2 ? 2 : 1;
     int ctas = cfg.max_ctas > 0 ? std::min(cfg.max_ctas, info.sm_count) : info.sm_count;
-    const int pairs = KernelSetup<T, kBNMajor, kEpi>::max_pairs(dev);  // also opts in to the shared memory
+    const int pairs = KernelSetup<T, kBNMajor, kEpi, kFp8>::max_pairs(dev);  // also opts in to the shared memory
     if (cluster == 2 && pairs < 1) cluster = 1;
     if (cluster == 2)
         ctas = 2 * static_cast<int>(std::min<int64_t>({pairs, ctas / 2, (tile_bound + 1) / 2}));
@@ -143,19 +152,20 @@ bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStrea
     attr.val.clusterDim.x = cluster, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
     lc.gridDim = dim3(ctas), lc.blockDim = dim3(sm90::kThreads), lc.dynamicSmemBytes = sm90::kSmemBytes;
     lc.stream = stream, lc.attrs = &attr, lc.numAttrs = 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&lc, sm90::grouped_gemm_sm90_kernel<T, kBNMajor, kEpi>, p));
+    CUDA_CHECK(cudaLaunchKernelEx(&lc, sm90::grouped_gemm_sm90_kernel<T, kBNMajor, kEpi, kFp8>, p));
     return true;
 }
 
-template <typename T, bool kBNMajor>
+template <typename T, bool kBNMajor, bool kFp8 = false>
 bool dispatch_epilogue(const GroupedGemmArgs& a, const Sm90GemmConfig& c, int dev, cudaStream_t s) {
-    if (a.epilogue == Epilogue::kGate) return run<T, kBNMajor, EpiKind::kGate>(a, c, dev, s);
-    return a.d_f32 ? run<T, kBNMajor, EpiKind::kStoreF32>(a, c, dev, s)
-                   : run<T, kBNMajor, EpiKind::kStore>(a, c, dev, s);
+    if (a.epilogue == Epilogue::kGate) return run<T, kBNMajor, EpiKind::kGate, kFp8>(a, c, dev, s);
+    return a.d_f32 ? run<T, kBNMajor, EpiKind::kStoreF32, kFp8>(a, c, dev, s)
+                   : run<T, kBNMajor, EpiKind::kStore, kFp8>(a, c, dev, s);
 }
 
 template <typename T>
 bool dispatch_layout(const GroupedGemmArgs& a, const Sm90GemmConfig& c, int dev, cudaStream_t s) {
+    if (a.a_fp8) return dispatch_epilogue<T, false, true>(a, c, dev, s);
     return a.b_n_major ? dispatch_epilogue<T, true>(a, c, dev, s) : dispatch_epilogue<T, false>(a, c, dev, s);
 }
 
@@ -175,6 +185,13 @@ bool launch_grouped_gemm_sm90_with(const GroupedGemmArgs& args, const Sm90GemmCo
     return launch_checked(args, config, dev, stream);
 }
 
+bool grouped_gemm_takes_fp8(const GroupedGemmArgs& args) {
+    const DeviceState& dev = device_state();
+    GroupedGemmArgs a = args;
+    a.a_fp8 = true;
+    return dev.sm90 && !gemm_forced_portable() && sm90_why_not(a) == nullptr;
+}
+
 bool launch_grouped_gemm_sm90(const GroupedGemmArgs& args, void* stream) {
     const DeviceState& dev = device_state();
     if (!dev.sm90) return false;
@@ -183,17 +200,20 @@ bool launch_grouped_gemm_sm90(const GroupedGemmArgs& args, void* stream) {
     return launch_checked(args, config, dev, stream);
 }
 
-// Instantiations: {bf16, f16} x {B (E, N, K), B (E, K, N)} x {store dtype, store f32, gate}.
-#define MOEX_SM90_INSTANTIATE(T, BN)                                                    \
-    template __global__ void sm90::grouped_gemm_sm90_kernel<T, BN, EpiKind::kStore>(    \
-        const __grid_constant__ Sm90Params);                                            \
-    template __global__ void sm90::grouped_gemm_sm90_kernel<T, BN, EpiKind::kStoreF32>( \
-        const __grid_constant__ Sm90Params);                                            \
-    template __global__ void sm90::grouped_gemm_sm90_kernel<T, BN, EpiKind::kGate>(const __grid_constant__ Sm90Params);
-MOEX_SM90_INSTANTIATE(__nv_bfloat16, false)
-MOEX_SM90_INSTANTIATE(__nv_bfloat16, true)
-MOEX_SM90_INSTANTIATE(__half, false)
-MOEX_SM90_INSTANTIATE(__half, true)
+// Instantiations: {bf16, f16} x {B (E, N, K), B (E, K, N), FP8 (E, N, K)} x {store dtype, store f32, gate}.
+#define MOEX_SM90_INSTANTIATE(T, BN, FP8)                                                    \
+    template __global__ void sm90::grouped_gemm_sm90_kernel<T, BN, EpiKind::kStore, FP8>(    \
+        const __grid_constant__ Sm90Params);                                                 \
+    template __global__ void sm90::grouped_gemm_sm90_kernel<T, BN, EpiKind::kStoreF32, FP8>( \
+        const __grid_constant__ Sm90Params);                                                 \
+    template __global__ void sm90::grouped_gemm_sm90_kernel<T, BN, EpiKind::kGate, FP8>(     \
+        const __grid_constant__ Sm90Params);
+MOEX_SM90_INSTANTIATE(__nv_bfloat16, false, false)
+MOEX_SM90_INSTANTIATE(__nv_bfloat16, true, false)
+MOEX_SM90_INSTANTIATE(__half, false, false)
+MOEX_SM90_INSTANTIATE(__half, true, false)
+MOEX_SM90_INSTANTIATE(__nv_bfloat16, false, true)
+MOEX_SM90_INSTANTIATE(__half, false, true)
 #undef MOEX_SM90_INSTANTIATE
 
 }  // namespace moex::cuda

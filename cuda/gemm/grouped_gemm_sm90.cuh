@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/quant.cuh"
 #include "cuda/gemm/sm90_epilogue.cuh"
 #include "cuda/gemm/sm90_scheduler.cuh"
 #include "cuda/gemm/sm90_tma.cuh"
@@ -44,9 +45,18 @@ struct Sm90Params {
     int32_t max_m_tiles;
     int32_t group_m;    // rasterisation group (sm90_scheduler.cuh)
     int32_t cluster_m;  // 1 or 2 (the launch's cluster size)
+    // kFp8: A and B are e4m3 codes; each 128-deep K block's partial sums are promoted with a_scales (P, a_slices)
+    // of the row and promo_scale of the B half (quant.cuh), k_slice K values per scale slice (a multiple of 128).
+    WeightScales b_scales;
+    const float* a_scales;
+    int32_t a_slices, k_slice;
 };
 
-template <typename T, bool kBNMajor, EpiKind kEpi>
+// kFp8: one K block is 128 e4m3 values, the same 128-byte swizzled line (and stage bytes) as 64 bf16 values.
+template <bool kFp8>
+inline constexpr int32_t kStageK = kFp8 ? 128 : kBlockK;
+
+template <typename T, bool kBNMajor, EpiKind kEpi, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __grid_constant__ Sm90Params p) {
     extern __shared__ uint8_t smem_raw[];
     uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -77,7 +87,8 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
         __syncthreads();
 
     const TileScheduler sched(p.num_m_tiles, p.max_m_tiles, p.num_n_tiles, p.group_m);
-    const int32_t num_kb = (p.K + kBlockK - 1) / kBlockK;
+    constexpr int32_t kBK = kStageK<kFp8>;
+    const int32_t num_kb = (p.K + kBK - 1) / kBK;
     uint32_t stage = 0, phase = 0;
 
     if (warp >= 8) {
@@ -102,7 +113,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                 const int32_t half1 = gate_concat ? p.epi.n_half + half0 : half0 + 128;
                 const int32_t row0 = tile.m * kBlockM;
                 for (int32_t kb = 0; kb < num_kb; ++kb) {
-                    const int32_t k0 = kb * kBlockK;
+                    const int32_t k0 = kb * kBK;
                     mbar_wait(&empty[stage], phase ^ 1);
                     mbar_arrive_expect_tx(&full[stage], kABytes + kBBytes);
                     tma_load_2d(smem_a + stage * kABytes, &p.map_a, &full[stage], k0, row0);
@@ -164,11 +175,9 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
             const bool active = row0 < row_end;
             const bool peer = cluster_m > 1 && sched.peer_alive(t);
             TileExtras extras{1.f, 1.f, 0u};
-            if (active) {
-                const int32_t half0 = gate_concat ? tile.n * 128 : tile.n * 256;
-                const int32_t half1 = gate_concat ? p.epi.n_half + half0 : half0 + 128;
-                extras = load_tile_extras<T>(p.epi, th, row0, e, half0, half1);
-            }
+            const int32_t half0 = gate_concat ? tile.n * 128 : tile.n * 256;
+            const int32_t half1 = gate_concat ? p.epi.n_half + half0 : half0 + 128;
+            if (active) extras = load_tile_extras<T>(p.epi, th, row0, e, half0, half1);
             auto release = [&](uint32_t s) {
                 if (cluster_m == 1) {
                     if (lane == 0) mbar_arrive(&empty[s]);
@@ -178,32 +187,72 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
             };
 
             uint32_t prev = 0;
-            for (int32_t kb = 0; kb < num_kb; ++kb) {
-                mbar_wait(&full[stage], phase);
-                if (active) {
-                    fence_accumulators(acc);
-                    wgmma_fence();
+            if constexpr (kFp8) {
+                // Per K block and B half: 4 x m64n128k32 into tmp, then acc += tmp * a_scale(row) * b_scale(half).
+                // acc keeps the m64n256 layout (half h = registers 64h ..), so the epilogue is the bf16 one's.
+                float tmp[64];
 #pragma unroll
-                    for (uint32_t k = 0; k < kBlockK / 16; ++k) {
-                        wgmma_m64n256k16<T, kBNMajor>(acc, desc_advance(desc_a0, stage * kABytes + k * 32),
-                                                      desc_advance(desc_b0, stage * kBBytes + k * kBStepK),
-                                                      static_cast<uint32_t>(kb) | k);
+                for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+                for (int32_t kb = 0; kb < num_kb; ++kb) {
+                    if (active) {  // scales first: their loads overlap the wait for the stage
+                        const int32_t slice = kb * kBK / p.k_slice;
+                        const int64_t ra = int64_t(row0 + static_cast<int32_t>(th.r_lo)) * p.a_slices + slice;
+                        const float sa_lo = p.a_scales[ra], sa_hi = p.a_scales[ra + 8 * p.a_slices];
+                        const float sw[2] = {promo_scale(p.b_scales, e, half0, int64_t(kb) * kBK),
+                                             promo_scale(p.b_scales, e, half1, int64_t(kb) * kBK)};
+                        mbar_wait(&full[stage], phase);
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            wgmma_fence();
+#pragma unroll
+                            for (uint32_t k = 0; k < kBK / 32; ++k) {
+                                wgmma_m64n128k32_e4m3(
+                                    tmp, desc_advance(desc_a0, stage * kABytes + k * 32),
+                                    desc_advance(desc_b0, stage * kBBytes + h * (kBBytes / 2) + k * 32), k);
+                            }
+                            wgmma_commit();
+                            fence_accumulators(tmp);
+                            wgmma_wait<0>();
+                            fence_accumulators(tmp);
+                            const float s_lo = sa_lo * sw[h], s_hi = sa_hi * sw[h];
+#pragma unroll
+                            for (int i = 0; i < 64; ++i)
+                                acc[64 * h + i] = fmaf(tmp[i], (i % 4) < 2 ? s_lo : s_hi, acc[64 * h + i]);
+                        }
+                    } else {
+                        mbar_wait(&full[stage], phase);
                     }
-                    wgmma_commit();
-                    fence_accumulators(acc);
-                    wgmma_wait<1>();  // the previous stage's MMAs are done: release it, keep this one in flight
-                    if (kb > 0) release(prev);
-                } else {
                     release(stage);
+                    if (++stage == kStages) stage = 0, phase ^= 1;
                 }
-                prev = stage;
-                if (++stage == kStages) stage = 0, phase ^= 1;
+            } else {
+                for (int32_t kb = 0; kb < num_kb; ++kb) {
+                    mbar_wait(&full[stage], phase);
+                    if (active) {
+                        fence_accumulators(acc);
+                        wgmma_fence();
+#pragma unroll
+                        for (uint32_t k = 0; k < kBlockK / 16; ++k) {
+                            wgmma_m64n256k16<T, kBNMajor>(acc, desc_advance(desc_a0, stage * kABytes + k * 32),
+                                                          desc_advance(desc_b0, stage * kBBytes + k * kBStepK),
+                                                          static_cast<uint32_t>(kb) | k);
+                        }
+                        wgmma_commit();
+                        fence_accumulators(acc);
+                        wgmma_wait<1>();  // the previous stage's MMAs are done: release it, keep this one in flight
+                        if (kb > 0) release(prev);
+                    } else {
+                        release(stage);
+                    }
+                    prev = stage;
+                    if (++stage == kStages) stage = 0, phase ^= 1;
+                }
             }
             wgmma_wait<0>();  // unconditional: no MMA may be in flight on any path out of the loop
             const int32_t row_end_next = row_end_of(e_next);
             if (active) {
                 fence_accumulators(acc);
-                release(prev);
+                if (!kFp8) release(prev);  // kFp8 released every stage in its loop
                 epilogue<T, kEpi>(p.epi, &p.map_d, acc, my_staging, my_bias, buf, th, extras, row0, tile.n);
             }
             e = e_next;

@@ -26,7 +26,18 @@ struct Sm90GemmConfig {
 inline const char* sm90_why_not(const GroupedGemmArgs& a) {
     const bool gate = a.epilogue == Epilogue::kGate;
     if (a.dtype != DType::kBF16 && a.dtype != DType::kF16) return "sm90 kernel takes bf16/f16 inputs only";
-    if (a.b_dtype != a.dtype || a.b_scales.data != nullptr) return "sm90 kernel takes B in the dtype of A only";
+    if (a.b_scales.format != QuantFormat::kNone) {
+        const WeightScales& s = a.b_scales;
+        if (!a.a_fp8 || s.format != QuantFormat::kFp8 || !a.a_scales || !s.data)
+            return "sm90 kernel takes quantized B only as FP8 with e4m3 A and scales of both";
+        if (a.b_n_major) return "sm90 FP8 kernel takes K-major B only";
+        if (s.row_shift < 7 || s.col_shift < 7) return "sm90 FP8 kernel needs weight blocks of at least 128 x 128";
+        if (gate && a.gate.concatenated && (a.N / 2) % 128 != 0)
+            return "sm90 FP8 kernel needs the gate and up halves on 128-row block boundaries (I % 128 == 0)";
+        if (a.K % 16 != 0) return "K must be a multiple of 16 (16-byte TMA row stride of e4m3)";
+    } else if (a.b_dtype != a.dtype || a.a_fp8) {
+        return "sm90 kernel takes B in the dtype of A only";
+    }
     if (a.K <= 0 || a.N <= 0 || a.E <= 0 || a.P < 0) return "empty or negative dimension";
     if (a.K % 8 != 0) return "K must be a multiple of 8 (16-byte TMA row stride)";
     if (a.N % 8 != 0) return "N must be a multiple of 8 (16-byte TMA row stride)";
@@ -38,6 +49,7 @@ inline const char* sm90_why_not(const GroupedGemmArgs& a) {
     if (!a.A || !a.B || !a.D || !a.m_tile_expert || !a.num_m_tiles || !a.expert_row_start || !a.expert_row_count)
         return "missing pointer";
     if (!is_aligned16(a.A) || !is_aligned16(a.B) || !is_aligned16(a.D)) return "A, B, D must be 16-byte aligned";
+    if (a.a_scales && !is_aligned(a.a_scales, 4)) return "a_scales must be 4-byte aligned";
     if ((a.bias && !is_aligned(a.bias, 4)) || (a.row_scale && !is_aligned(a.row_scale, 4)))
         return "bias and row_scale must be 4-byte aligned";
     return nullptr;

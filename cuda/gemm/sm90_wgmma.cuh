@@ -1,6 +1,6 @@
 // Hopper (sm_90a) tensor-core layer: shared-memory matrix descriptors for 128-byte-swizzled tiles, the
-// wgmma.mma_async m64n256k16 instruction (bf16/f16 in, f32 accumulate) and the warpgroup fences and register
-// reconfiguration (setmaxnreg) that go with it.
+// wgmma.mma_async m64n256k16 instruction (bf16/f16 in, f32 accumulate), m64n128k32 for e4m3 operands and the warpgroup
+// fences and register reconfiguration (setmaxnreg) that go with it.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -100,6 +100,24 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
     }
 }
 
+#define MOEX_WGMMA_D64_REGS                                                            \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+
+// d(64x128 per warpgroup) = (accumulate ? d : 0) + A(64x32) · B(32x128), both e4m3 and K-major (FP8 wgmma has no
+// transpose), f32 accumulation. A 32-deep K slice of FP8 is 32 bytes: the descriptors step as for k16 of bf16.
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                                      uint32_t accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " MOEX_WGMMA_D64_REGS ", %64, %65, p, 1, 1;\n}"
+        : MOEX_WGMMA_D64(0)
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+#undef MOEX_WGMMA_D64_REGS
 #undef MOEX_WGMMA_D4
 #undef MOEX_WGMMA_D16
 #undef MOEX_WGMMA_D64

@@ -1,13 +1,70 @@
 // ExpertsProblem -> cuda::ExpertsArgs (the one place the call is described for the kernels), and the CUDA probe.
 #include "src/backends/cuda_bridge.h"
 
+#include <bit>
+
 #include "moex/error.h"
+#include "moex/quant.h"
 
 namespace moex::backends {
+std::optional<std::string> cuda_quant_refusal(const ExpertsProblem& p) {
+    const ExpertsQuant& q = p.quant;
+    if (q.format != QuantFormat::kFp8) return std::nullopt;  // FP4 groups are 32 (mxfp4) and 16 (nvfp4)
+    if (q.block_n == 0 && q.block_k == 0) return std::nullopt;
+    const auto pow2 = [](int64_t v) { return v > 0 && std::has_single_bit(uint64_t(v)); };
+    if (!pow2(q.block_n) || !pow2(q.block_k) || q.block_k < 32)
+        return "the CUDA experts kernels take FP8 blocks whose sides are powers of two, at least 32 along K; got " +
+               std::to_string(q.block_n) + "x" + std::to_string(q.block_k) + " (run it on the CPU)";
+    return std::nullopt;
+}
 
 #if MOEX_WITH_CUDA
 
+namespace {
+
+// Block length -> shift; 0 (per-tensor) is one block (shift 62).
+int32_t block_shift(int64_t block) { return block == 0 ? 62 : int32_t(std::countr_zero(uint64_t(block))); }
+
+// One projection's scales (weights (E, N, K)) in the kernels' terms.
+cuda::WeightScales weight_scales(const ExpertsQuant& q, const ProjectionQuant& pq) {
+    cuda::WeightScales s;
+    if (!q.enabled()) return s;
+    s.format = q.format;
+    s.data = pq.scale_inv.data;
+    s.dtype = pq.scale_inv.dtype;
+    s.rows_b = int32_t(pq.scale_inv.shape[1]);
+    s.cols_b = int32_t(pq.scale_inv.shape[2]);
+    if (q.format == QuantFormat::kFp8) {
+        s.row_shift = block_shift(q.block_n), s.col_shift = block_shift(q.block_k);
+    } else {
+        s.row_shift = 0, s.col_shift = q.format == QuantFormat::kMxfp4 ? 5 : 4;
+        if (pq.global_scale.defined()) s.global = static_cast<const float*>(pq.global_scale.data);
+    }
+    return s;
+}
+
+cuda::ActQuant act_quant(const ExpertsProblem& p) {
+    const ExpertsQuant& q = p.quant;
+    cuda::ActQuant a;
+    if (!q.enabled() || q.activations == ActivationQuant::kNone) return a;
+    a.mode = q.activations;
+    a.up_group = q.block_k > 0 ? q.block_k : p.H();
+    a.down_group = q.block_k > 0 ? q.block_k : p.I();
+    if (q.activations == ActivationQuant::kStatic) {
+        a.up_scale = static_cast<const float*>(q.gate_up.activation_scale.data);
+        a.down_scale = static_cast<const float*>(q.down.activation_scale.data);
+    }
+    return a;
+}
+
+}  // namespace
+
 void run_cuda(const ExpertsProblem& p, const TensorView& out, cuda::Algo algo, const RunOptions& options) {
+    if (p.quant.enabled()) {
+        MOEX_REQUIRE(algo != cuda::Algo::kEager, ErrorCode::kUnsupported,
+                     "the CUDA eager pipeline takes no quantized experts (use batched_mm or grouped_mm)");
+        if (auto why = cuda_quant_refusal(p)) fail(ErrorCode::kUnsupported, *why);
+    }
     const auto data = [](const TensorView& t) -> const void* { return t.defined() ? t.data : nullptr; };
     const cuda::ExpertsArgs args{
         .hidden_states = p.hidden_states.data,
@@ -34,8 +91,9 @@ void run_cuda(const ExpertsProblem& p, const TensorView& out, cuda::Algo algo, c
                  .alpha = p.swiglu_alpha,
                  .limit = p.swiglu_limit},
         .weight_dtype = p.gate_up_proj.dtype,
-        .gate_up_scales = {},
-        .down_scales = {},
+        .gate_up_scales = weight_scales(p.quant, p.quant.gate_up),
+        .down_scales = weight_scales(p.quant, p.quant.down),
+        .act_quant = act_quant(p),
     };
     cuda::run_experts(args, algo, options.cuda_stream);
 }

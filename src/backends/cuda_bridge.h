@@ -13,6 +13,10 @@ namespace moex::backends {
 // Runs the problem with a CUDA experts algorithm on the device; raises Error(kUnsupported) in a build without CUDA.
 void run_cuda(const ExpertsProblem& p, const TensorView& out, cuda::Algo algo, const RunOptions& options);
 
+// Why the CUDA pipelines cannot run this quantized problem (block sizes that are not powers of two, or under 32
+// along K); nullopt = they can. Pure host logic, in every build.
+std::optional<std::string> cuda_quant_refusal(const ExpertsProblem& p);
+
 // Why CUDA cannot run here (no CUDA in this build, no device, wrong architecture); nullopt = it can.
 std::optional<std::string> cuda_unavailable();
 

@@ -20,8 +20,13 @@ class PortableBackend final : public Backend {
    public:
     using CpuKernel = void (*)(const ExpertsProblem&, const TensorView&, int num_threads);
     PortableBackend(std::string_view name, std::string_view description, CpuKernel cpu, cuda::Algo cuda,
-                    bool cuda_syncs)
-        : name_(name), description_(description), cpu_(cpu), cuda_(cuda), cuda_syncs_(cuda_syncs) {}
+                    bool cuda_syncs, bool cuda_quant)
+        : name_(name),
+          description_(description),
+          cpu_(cpu),
+          cuda_(cuda),
+          cuda_syncs_(cuda_syncs),
+          cuda_quant_(cuda_quant) {}
     std::string_view name() const override { return name_; }
     std::string_view description() const override { return description_; }
     std::vector<Device> devices() const override { return {Device::kCPU, Device::kCUDA}; }
@@ -29,10 +34,16 @@ class PortableBackend final : public Backend {
         return device == Device::kCUDA ? cuda_unavailable() : std::nullopt;
     }
     bool host_synchronizes(Device device) const override { return device == Device::kCUDA && cuda_syncs_; }
-    // The CPU kernels dequantize FP8 and FP4 panels inside the GEMM; the CUDA pipelines take no quantized weights yet.
+    // The CPU kernels dequantize FP8 and FP4 panels inside the GEMM; on CUDA the batched and grouped pipelines take
+    // every format (cuda_quant), eager none.
     std::vector<QuantFormat> quant_formats(Device device) const override {
-        if (device == Device::kCUDA) return {};
+        if (device == Device::kCUDA && !cuda_quant_) return {};
         return {QuantFormat::kFp8, QuantFormat::kMxfp4, QuantFormat::kNvfp4};
+    }
+    std::optional<std::string> why_not(const ExpertsProblem& p) const override {
+        if (auto why = Backend::why_not(p)) return why;
+        if (p.device() == Device::kCUDA && p.quant.enabled()) return cuda_quant_refusal(p);
+        return std::nullopt;
     }
     void run(const ExpertsProblem& p, const TensorView& out, const RunOptions& options) const override {
         check_runnable(p, out);
@@ -45,7 +56,7 @@ class PortableBackend final : public Backend {
     std::string_view name_, description_;
     CpuKernel cpu_;
     cuda::Algo cuda_;
-    bool cuda_syncs_;
+    bool cuda_syncs_, cuda_quant_;
 };
 
 class CudaRestriction final : public Backend {

@@ -2,15 +2,16 @@
 # shellcheck disable=SC2016  # the expect conditions are awk expressions over the census columns ($2, $3, $4)
 # The SASS census of libmoex_cuda.a as a test: the tensor-core and TMA instructions each kernel family was written
 # for must be in its machine code, so a change that loses them fails here, before any timing.
-# Usage: sass_census.sh CUOBJDUMP LIBMOEX_CUDA   (prints one line per kernel that uses HGMMA / UTMALDG / HMMA)
+# Usage: sass_census.sh CUOBJDUMP LIBMOEX_CUDA   (one line per kernel that uses HGMMA / UTMALDG / HMMA / QGMMA;
+# QGMMA is the FP8 (e4m3) wgmma)
 set -euo pipefail
 cuobjdump=$1 lib=$2
 census=$("$cuobjdump" --dump-sass "$lib" | awk '
-    /Function :/ { if (n != "") print n, h, t, m; n = $3; h = 0; t = 0; m = 0 }
-    /HGMMA/ { h++ } /UTMALDG/ { t++ } /HMMA/ { m++ }
-    END { if (n != "") print n, h, t, m }')
-printf '%-6s %-7s %-5s %s\n' HGMMA UTMALDG HMMA kernel
-awk '$2 + $3 + $4 > 0 { printf "%-6d %-7d %-5d %s\n", $2, $3, $4, substr($1, 1, 110) }' <<<"$census"
+    /Function :/ { if (n != "") print n, h, t, m, q; n = $3; h = 0; t = 0; m = 0; q = 0 }
+    /HGMMA/ { h++ } /UTMALDG/ { t++ } /HMMA/ { m++ } /QGMMA/ { q++ }
+    END { if (n != "") print n, h, t, m, q }')
+printf '%-6s %-7s %-5s %-5s %s\n' HGMMA UTMALDG HMMA QGMMA kernel
+awk '$2 + $3 + $4 + $5 > 0 { printf "%-6d %-7d %-5d %-5d %s\n", $2, $3, $4, $5, substr($1, 1, 110) }' <<<"$census"
 
 fail=0
 # expect FAMILY_REGEX COUNT AWK_CONDITION WHAT: exactly COUNT kernels match, each meeting the condition.
@@ -25,8 +26,12 @@ expect() {
         echo "ok: $what ($count kernels)"
     fi
 }
-expect 'grouped_gemm_sm90_kernel' 12 '$2 >= 4 && $3 >= 5' "sm_90a grouped GEMM issues HGMMA and UTMALDG"
-expect 'batched_proj_kernel.*LoopE0E' 8 '$4 > 0' "batched_mm mma loop issues HMMA"
-expect 'grouped_gemm_portable_kernelI(6__half|13__nv_bfloat16)' 8 '$4 > 0' "portable grouped GEMM (16-bit) issues HMMA"
+# The sm_90a kernel's last template argument is kFp8 (Lb0E: bf16/f16 wgmma, Lb1E: e4m3 wgmma).
+expect 'grouped_gemm_sm90_kernel.*Lb0EEEv' 12 '$2 >= 4 && $3 >= 5' "sm_90a grouped GEMM issues HGMMA and UTMALDG"
+expect 'grouped_gemm_sm90_kernel.*Lb1EEEv' 6 '$5 >= 8 && $3 >= 5' "sm_90a FP8 grouped GEMM issues QGMMA and UTMALDG"
+# batched_mm: {bf16, f16} x 4 tile shapes, plain, and quantized with 1, 2 or 4 vectors per load.
+expect 'batched_proj_kernel.*LoopE0E' 32 '$4 > 0' "batched_mm mma loop issues HMMA"
+# portable: {bf16, f16} x {vector, scalar} x {K-major, N-major, quantized K-major}
+expect 'grouped_gemm_portable_kernelI(6__half|13__nv_bfloat16)' 12 '$4 > 0' "portable grouped GEMM (16-bit) issues HMMA"
 expect 'attention_flash_kernel' 1 '$4 > 0' "flash attention issues HMMA"
 exit $fail

@@ -1,0 +1,113 @@
+// Device side of quantized weights and activations (params.h: WeightScales, ActQuant): the exact e4m3 / e2m1 /
+// ue8m0 decoders, a weight's scale split into the part folded into the MMA operand and the part promoted onto the
+// f32 partial sums, and the decoders of the load paths. Encoding (activations): RNE with saturation at +-448, as
+// moex/quant.h's f32_to_fp8e4m3.
+#pragma once
+
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "cuda/common/params.h"
+
+namespace moex::cuda {
+
+__device__ __forceinline__ float e4m3_to_f32(uint32_t code) {
+    const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code & 0xffu), __NV_E4M3);
+    return __half2float(__half(h));
+}
+// Two e4m3 codes (the low 16 bits of `codes`) -> two floats, one cvt.
+__device__ __forceinline__ float2 e4m3x2_to_f32(uint32_t codes) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes & 0xffffu), __NV_E4M3);
+    return __half22float2(__half2(h));
+}
+__device__ __forceinline__ uint8_t f32_to_e4m3(float v) {
+    return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+}
+// e2m1 (low 4 bits: sign bit 3, magnitude {0, .5, 1, 1.5, 2, 3, 4, 6}): magnitudes >= 1 are 2^(e-1) (1 + m/2), which
+// is the f32 with exponent field 126 + e and mantissa m << 22, i.e. (code & 7) << 22 plus 126 << 23.
+__device__ __forceinline__ float e2m1_to_f32(uint32_t code) {
+    const uint32_t m = code & 7u;
+    const float mag = m >= 2u ? __uint_as_float((m << 22) + (126u << 23)) : 0.5f * static_cast<float>(m);
+    return (code & 8u) ? -mag : mag;
+}
+__device__ __forceinline__ float ue8m0_to_f32(uint32_t b) {
+    b &= 0xffu;
+    // 2^(b - 127): the f32 with exponent field b; b = 0 is 2^-127 (subnormal), 255 is NaN (as moex/dtype.h).
+    return b == 0u ? __uint_as_float(0x00400000u) : b == 255u ? __uint_as_float(0x7fc00000u) : __uint_as_float(b << 23);
+}
+
+// scale(e, r, c) * global[e] of quantized weight (e, r, c).
+__device__ __forceinline__ float weight_scale(const WeightScales& s, int64_t e, int64_t r, int64_t c) {
+    const int64_t i = (e * s.rows_b + (r >> s.row_shift)) * s.cols_b + (c >> s.col_shift);
+    float v;
+    if (s.dtype == DType::kF32)
+        v = static_cast<const float*>(s.data)[i];
+    else if (s.dtype == DType::kFP8E4M3)
+        v = e4m3_to_f32(static_cast<const uint8_t*>(s.data)[i]);
+    else
+        v = ue8m0_to_f32(static_cast<const uint8_t*>(s.data)[i]);
+    return s.global != nullptr ? v * s.global[e] : v;
+}
+
+// 16-bit kernels keep every operand exact: a weight enters the MMA as code * fold_scale (exact in bf16 and f16:
+// an e4m3 or e2m1 code, times a power of two (mxfp4) or an e4m3 scale (nvfp4)), and the rest of its scale,
+// promo_scale, multiplies the f32 partial sums of each k_group slice (promotion, as DeepGEMM does for FP8):
+//   fp8: fold 1, promo scale_inv[e, r / bn, c / bk], k_group = bk (K when per-tensor);
+//   mxfp4: fold 2^(s - 127), promo 1; nvfp4: fold e4m3(s), promo global[e]; k_group = K.
+__device__ __forceinline__ float fold_scale(const WeightScales& s, int64_t e, int64_t r, int64_t c) {
+    if (s.format == QuantFormat::kFp8) return 1.0f;
+    const int64_t i = (e * s.rows_b + (r >> s.row_shift)) * s.cols_b + (c >> s.col_shift);
+    const uint32_t b = static_cast<const uint8_t*>(s.data)[i];
+    return s.format == QuantFormat::kNvfp4 ? e4m3_to_f32(b) : ue8m0_to_f32(b);
+}
+__device__ __forceinline__ float promo_scale(const WeightScales& s, int64_t e, int64_t r, int64_t c) {
+    if (s.format == QuantFormat::kFp8) return weight_scale(s, e, r, c);
+    return s.global != nullptr ? s.global[e] : 1.0f;
+}
+
+// Eight weights (e, r, c0 .. c0 + 7) of the K-major row `row` (bytes of expert e, row r) as code * fold_scale, in f32
+// (exact, and exact again once rounded to bf16 / f16); c0 a multiple of 8, all eight in one scale block (blocks are
+// >= 16 along K). The load is 8 bytes (e4m3) or 4 (e2m1), aligned.
+__device__ __forceinline__ void dequant8_folded(const WeightScales& s, const uint8_t* row, int64_t e, int64_t r,
+                                                int64_t c0, float (&v)[8]) {
+    if (s.format == QuantFormat::kFp8) {
+        const uint2 q = *reinterpret_cast<const uint2*>(row + c0);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const uint32_t w = i == 0 ? q.x : q.y;
+            const float2 a = e4m3x2_to_f32(w), b = e4m3x2_to_f32(w >> 16);
+            v[4 * i] = a.x, v[4 * i + 1] = a.y, v[4 * i + 2] = b.x, v[4 * i + 3] = b.y;
+        }
+    } else {
+        const float sc = fold_scale(s, e, r, c0);
+        const uint32_t q = *reinterpret_cast<const uint32_t*>(row + c0 / 2);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] = e2m1_to_f32(q >> (4 * i)) * sc;
+    }
+}
+
+// The K slice one promotion covers (quantized weights in a 16-bit kernel).
+__host__ __device__ __forceinline__ int64_t promotion_group(const WeightScales& s, int64_t K) {
+    return s.format == QuantFormat::kFp8 && s.col_shift < 62 ? int64_t(1) << s.col_shift : K;
+}
+
+// One quantized weight, any alignment (the scalar loops).
+__device__ __forceinline__ float dequant1(const WeightScales& s, const uint8_t* row, int64_t e, int64_t r, int64_t c) {
+    const float code = s.format == QuantFormat::kFp8 ? e4m3_to_f32(row[c]) : e2m1_to_f32(row[c / 2] >> (4 * (c & 1)));
+    return code * weight_scale(s, e, r, c);
+}
+
+// One quantized weight as code * fold_scale (the 16-bit kernels' scalar loads).
+__device__ __forceinline__ float dequant1_folded(const WeightScales& s, const uint8_t* row, int64_t e, int64_t r,
+                                                 int64_t c) {
+    const float code = s.format == QuantFormat::kFp8 ? e4m3_to_f32(row[c]) : e2m1_to_f32(row[c / 2] >> (4 * (c & 1)));
+    return code * fold_scale(s, e, r, c);
+}
+
+// Bytes of one K-major weight row of K values.
+__host__ __device__ __forceinline__ int64_t quant_row_bytes(QuantFormat f, int64_t K) {
+    return f == QuantFormat::kFp8 ? K : K / 2;
+}
+
+}  // namespace moex::cuda
