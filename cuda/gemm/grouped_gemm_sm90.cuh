@@ -1,6 +1,8 @@
 // The sm_90a grouped GEMM kernel over the padded-contiguous layout of grouped_gemm.h: a persistent,
 // warp-specialised kernel (one TMA producer warp, two wgmma consumer warpgroups) with 128x256x64 tiles in a
 // 4-stage TMA ring, optional 2-CTA clusters sharing B by multicast, and TMA-store epilogues (sm90_epilogue.cuh).
+// kFp8: e4m3 A and B, 128 K per stage (the same bytes), each warpgroup's 64 x 256 tile computed as two m64n128k32
+// halves per K block into a 64-register temporary and promoted with the block's scales (DeepGEMM's recipe).
 #pragma once
 
 #include <cuda.h>
