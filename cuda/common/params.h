@@ -36,11 +36,11 @@ struct WeightScales {
 };
 
 // Activation quantization of quantized experts (moex/quant.h): each GEMM input row is rounded to e4m3 in groups of
-// `group` values along K (dynamic: scale amax / 448 per group; static: scale[e] of the row's expert) and back.
+// the projection's weight block along K (K for per-tensor weights; quant.cuh: promotion_group), with scale amax / 448
+// per group (dynamic) or scale[e] of the row's expert (static), and back.
 struct ActQuant {
     ActivationQuant mode = ActivationQuant::kNone;
-    int64_t up_group = 0, down_group = 0;  // dynamic: group lengths along H and along I
-    const float* up_scale = nullptr;       // static: (E,) f32
+    const float* up_scale = nullptr;  // static: (E,) f32
     const float* down_scale = nullptr;
 };
 

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/numeric.cuh"
 #include "cuda/common/params.h"
 
 namespace moex::cuda {
@@ -37,9 +38,14 @@ __device__ __forceinline__ float ue8m0_to_f32(uint32_t b) {
     return b == 0u ? __uint_as_float(0x00400000u) : b == 255u ? __uint_as_float(0x7fc00000u) : __uint_as_float(b << 23);
 }
 
+// Index into s.data of the block of weight (e, r, c).
+__device__ __forceinline__ int64_t scale_index(const WeightScales& s, int64_t e, int64_t r, int64_t c) {
+    return (e * s.rows_b + (r >> s.row_shift)) * s.cols_b + (c >> s.col_shift);
+}
+
 // scale(e, r, c) * global[e] of quantized weight (e, r, c).
 __device__ __forceinline__ float weight_scale(const WeightScales& s, int64_t e, int64_t r, int64_t c) {
-    const int64_t i = (e * s.rows_b + (r >> s.row_shift)) * s.cols_b + (c >> s.col_shift);
+    const int64_t i = scale_index(s, e, r, c);
     float v;
     if (s.dtype == DType::kF32)
         v = static_cast<const float*>(s.data)[i];
@@ -57,13 +63,23 @@ __device__ __forceinline__ float weight_scale(const WeightScales& s, int64_t e, 
 //   mxfp4: fold 2^(s - 127), promo 1; nvfp4: fold e4m3(s), promo global[e]; k_group = K.
 __device__ __forceinline__ float fold_scale(const WeightScales& s, int64_t e, int64_t r, int64_t c) {
     if (s.format == QuantFormat::kFp8) return 1.0f;
-    const int64_t i = (e * s.rows_b + (r >> s.row_shift)) * s.cols_b + (c >> s.col_shift);
-    const uint32_t b = static_cast<const uint8_t*>(s.data)[i];
+    const uint32_t b = static_cast<const uint8_t*>(s.data)[scale_index(s, e, r, c)];
     return s.format == QuantFormat::kNvfp4 ? e4m3_to_f32(b) : ue8m0_to_f32(b);
 }
 __device__ __forceinline__ float promo_scale(const WeightScales& s, int64_t e, int64_t r, int64_t c) {
     if (s.format == QuantFormat::kFp8) return weight_scale(s, e, r, c);
     return s.global != nullptr ? s.global[e] : 1.0f;
+}
+
+// Four e4m3 codes (one 32-bit word, lowest byte first) and eight e2m1 codes (one word, lowest nibble first),
+// the e2m1 ones times their fold scale `sc`, in f32.
+__device__ __forceinline__ void e4m3x4_to_f32(uint32_t w, float* v) {
+    const float2 a = e4m3x2_to_f32(w), b = e4m3x2_to_f32(w >> 16);
+    v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+}
+__device__ __forceinline__ void e2m1x8_to_f32(uint32_t w, float sc, float* v) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = e2m1_to_f32(w >> (4 * i)) * sc;
 }
 
 // Eight weights (e, r, c0 .. c0 + 7) of the K-major row `row` (bytes of expert e, row r) as code * fold_scale, in f32
@@ -73,18 +89,28 @@ __device__ __forceinline__ void dequant8_folded(const WeightScales& s, const uin
                                                 int64_t c0, float (&v)[8]) {
     if (s.format == QuantFormat::kFp8) {
         const uint2 q = *reinterpret_cast<const uint2*>(row + c0);
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const uint32_t w = i == 0 ? q.x : q.y;
-            const float2 a = e4m3x2_to_f32(w), b = e4m3x2_to_f32(w >> 16);
-            v[4 * i] = a.x, v[4 * i + 1] = a.y, v[4 * i + 2] = b.x, v[4 * i + 3] = b.y;
-        }
+        e4m3x4_to_f32(q.x, v), e4m3x4_to_f32(q.y, v + 4);
     } else {
-        const float sc = fold_scale(s, e, r, c0);
-        const uint32_t q = *reinterpret_cast<const uint32_t*>(row + c0 / 2);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) v[i] = e2m1_to_f32(q >> (4 * i)) * sc;
+        e2m1x8_to_f32(*reinterpret_cast<const uint32_t*>(row + c0 / 2), fold_scale(s, e, r, c0), v);
     }
+}
+
+// Eight f32 values rounded to 16-bit T, packed as one 16-byte vector (the layout of a 16-byte load of T).
+template <class T>
+__device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
+    uint4 v;
+    T* t = reinterpret_cast<T*>(&v);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) t[i] = from_f32<T>(f[i]);
+    return v;
+}
+// dequant8_folded, packed: eight weights (e, r, c0 ..) as the MMA operand of a 16-bit kernel.
+template <class T>
+__device__ __forceinline__ uint4 load_quant8(const WeightScales& s, const uint8_t* row, int64_t e, int64_t r,
+                                             int64_t c0) {
+    float f[8];
+    dequant8_folded(s, row, e, r, c0, f);
+    return pack8<T>(f);
 }
 
 // The K slice one promotion covers (quantized weights in a 16-bit kernel).
@@ -92,17 +118,17 @@ __host__ __device__ __forceinline__ int64_t promotion_group(const WeightScales& 
     return s.format == QuantFormat::kFp8 && s.col_shift < 62 ? int64_t(1) << s.col_shift : K;
 }
 
-// One quantized weight, any alignment (the scalar loops).
-__device__ __forceinline__ float dequant1(const WeightScales& s, const uint8_t* row, int64_t e, int64_t r, int64_t c) {
-    const float code = s.format == QuantFormat::kFp8 ? e4m3_to_f32(row[c]) : e2m1_to_f32(row[c / 2] >> (4 * (c & 1)));
-    return code * weight_scale(s, e, r, c);
+// The code of weight c of K-major row bytes `row`, any alignment (the scalar loops).
+__device__ __forceinline__ float code_at(const WeightScales& s, const uint8_t* row, int64_t c) {
+    return s.format == QuantFormat::kFp8 ? e4m3_to_f32(row[c]) : e2m1_to_f32(row[c / 2] >> (4 * (c & 1)));
 }
-
-// One quantized weight as code * fold_scale (the 16-bit kernels' scalar loads).
+// One quantized weight: its value (f32 kernels), or code * fold_scale (16-bit kernels).
+__device__ __forceinline__ float dequant1(const WeightScales& s, const uint8_t* row, int64_t e, int64_t r, int64_t c) {
+    return code_at(s, row, c) * weight_scale(s, e, r, c);
+}
 __device__ __forceinline__ float dequant1_folded(const WeightScales& s, const uint8_t* row, int64_t e, int64_t r,
                                                  int64_t c) {
-    const float code = s.format == QuantFormat::kFp8 ? e4m3_to_f32(row[c]) : e2m1_to_f32(row[c / 2] >> (4 * (c & 1)));
-    return code * fold_scale(s, e, r, c);
+    return code_at(s, row, c) * fold_scale(s, e, r, c);
 }
 
 // Bytes of one K-major weight row of K values.

@@ -69,42 +69,21 @@ struct Tile {
     int e, row0, nrows;
 };
 
-// Quantized weights: eight weights (e, p, k .. k + 7) as code * fold_scale in T (exact; quant.cuh), in the layout of
-// one 16-byte load of T weights (the load is 8 bytes of e4m3 or 4 of e2m1: half or a quarter of the bf16 bytes).
-template <class T>
-__device__ __forceinline__ uint4 load_quant8(const WeightScales& s, const uint8_t* row, int64_t e, int64_t p,
-                                             int64_t k) {
-    float f[8];
-    dequant8_folded(s, row, e, p, k, f);
-    uint4 v;
-    T* t = reinterpret_cast<T*>(&v);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) t[i] = from_f32<T>(f[i]);
-    return v;
-}
-
-// Quantized weights, V > 1: one 16-byte load holds 8 * V codes (V = 2: e4m3, V = 4: e2m1) of weights (e, p, k ..);
-// out[v] gets weights k + 8v .. k + 8v + 7 as code * fold_scale in T (the 16-byte load of the bf16 loop, V times).
+// Quantized weights read V vectors per 16-byte load (V = 1: quant.cuh's load_quant8, 8 codes from 8 or 4 bytes).
+// V = 2 (e4m3) or 4 (e2m1): the load `raw` holds 8V codes of weights (e, p, k ..) and out[v] gets weights
+// k + 8v .. k + 8v + 7 as code * fold_scale in T, the layout of one 16-byte load of the bf16 loop.
 template <class T, int V>
 __device__ __forceinline__ void decode16(const WeightScales& s, uint4 raw, int64_t e, int64_t p, int64_t k,
                                          uint4 (&out)[V]) {
     const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-        T* t = reinterpret_cast<T*>(&out[v]);
-        if constexpr (V == 2) {  // e4m3: bytes 8v .. 8v + 7
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                const uint32_t c = w[2 * v + i];
-                const float2 lo = e4m3x2_to_f32(c), hi = e4m3x2_to_f32(c >> 16);
-                t[4 * i] = from_f32<T>(lo.x), t[4 * i + 1] = from_f32<T>(lo.y);
-                t[4 * i + 2] = from_f32<T>(hi.x), t[4 * i + 3] = from_f32<T>(hi.y);
-            }
-        } else {  // e2m1: word v holds weights 8v .. 8v + 7, low nibble first
-            const float sc = fold_scale(s, e, p, k + 8 * v);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) t[i] = from_f32<T>(e2m1_to_f32(w[v] >> (4 * i)) * sc);
-        }
+        float f[8];
+        if constexpr (V == 2)  // e4m3: bytes 8v .. 8v + 7
+            e4m3x4_to_f32(w[2 * v], f), e4m3x4_to_f32(w[2 * v + 1], f + 4);
+        else  // e2m1: word v holds weights 8v .. 8v + 7
+            e2m1x8_to_f32(w[v], fold_scale(s, e, p, k + 8 * v), f);
+        out[v] = pack8<T>(f);
     }
 }
 

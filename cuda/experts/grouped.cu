@@ -58,11 +58,11 @@ void run_grouped(const ExpertsArgs& a, cudaStream_t stream) {
     down.row_scale = ws.at<float>(row_scale), down.N = a.H, down.K = a.I, down.d_f32 = true;
     down.epilogue = Epilogue::kStore, down.b_scales = a.down_scales;
     down.a_scales = codes ? ws.at<float>(h_scales) : nullptr;
-    if (fp8_candidate) {
-        up.A = ws.at<void>(x8_rows), down.A = ws.at<void>(h8_rows);
-        const bool fp8 = grouped_gemm_takes_fp8(up) && grouped_gemm_takes_fp8(down);
-        up.a_fp8 = down.a_fp8 = fp8;
-        if (!fp8) up.A = ws.at<void>(x_rows), down.A = ws.at<void>(h_rows);
+    if (fp8_candidate) {  // both GEMMs on e4m3 bytes, or both on codes in the dtype
+        GroupedGemmArgs up8 = up, down8 = down;
+        up8.A = ws.at<void>(x8_rows), down8.A = ws.at<void>(h8_rows);
+        up8.a_fp8 = down8.a_fp8 = true;
+        if (grouped_gemm_takes_fp8(up8) && grouped_gemm_takes_fp8(down8)) up = up8, down = down8;
     }
 
     launch_routing(r, stream);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/quant.cuh"
 #include "cuda/experts/act_quant.h"
 #include "cuda/experts/combine.h"
 #include "cuda/experts/hidden_act.h"
@@ -57,12 +58,15 @@ inline HiddenActArgs hidden_act_args(const ExpertsArgs& a, const RoutingArgs& r,
 }
 
 inline bool quantizes_activations(const ExpertsArgs& a) { return a.act_quant.mode != ActivationQuant::kNone; }
+// Activation values per scale along K of the up (K = H) or down (K = I) projection's input: the slice the GEMMs
+// promote per (quant.cuh), so one activation scale meets one weight scale.
+inline int64_t act_group(const ExpertsArgs& a, bool up) {
+    return up ? promotion_group(a.gate_up_scales, a.H) : promotion_group(a.down_scales, a.I);
+}
 // 16-bit kernels take quantized activations as codes plus per-slice scales (promotion); f32 ones as rounded values.
 inline bool activation_codes(const ExpertsArgs& a) { return quantizes_activations(a) && a.dtype != DType::kF32; }
 // Scales per row of the up (K = H) or down (K = I) projection's input in codes mode.
-inline int64_t act_slices(const ExpertsArgs& a, bool up) {
-    return up ? a.H / a.act_quant.up_group : a.I / a.act_quant.down_group;
-}
+inline int64_t act_slices(const ExpertsArgs& a, bool up) { return (up ? a.H : a.I) / act_group(a, up); }
 
 // Activation quantization of the input of the up (K = H) or down (K = I) projection: rows of `src` (row r reads src
 // row r / src_div) rounded into `dst`. The caller sets the expert source (ids or tiles) when it has one, and
@@ -75,7 +79,7 @@ inline ActQuantArgs act_quant_args(const ExpertsArgs& a, bool up, const void* sr
                         .rows = rows,
                         .K = up ? a.H : a.I,
                         .src_div = src_div,
-                        .group = up ? a.act_quant.up_group : a.act_quant.down_group,
+                        .group = act_group(a, up),
                         .static_scale = st ? (up ? a.act_quant.up_scale : a.act_quant.down_scale) : nullptr,
                         .scale_out = nullptr,
                         .dst_e4m3 = false,

@@ -92,16 +92,10 @@ __device__ __forceinline__ typename Stage<T, V>::Vec load_quant_vec(const Weight
     } else {
         Vec v{0, 0, 0, 0};
         if (!ok) return v;
+        if constexpr (V == 8) return load_quant8<T>(s, row, e, p, k);
         T* t = reinterpret_cast<T*>(&v);
-        if constexpr (V == 8) {
-            float f[8];
-            dequant8_folded(s, row, e, p, k, f);
 #pragma unroll
-            for (int i = 0; i < 8; ++i) t[i] = from_f32<T>(f[i]);
-        } else {
-#pragma unroll
-            for (int i = 0; i < V; ++i) t[i] = from_f32<T>(dequant1(s, row, e, p, k + i));
-        }
+        for (int i = 0; i < V; ++i) t[i] = from_f32<T>(dequant1(s, row, e, p, k + i));
         return v;
     }
 }
@@ -225,12 +219,13 @@ __device__ __forceinline__ void compute_mma(float (&acc)[4][4][4], const T* As, 
 
 // Promotion (quantized weights, 16-bit): acc += tmp * a_scale(row, slice) * promo_scale(column, slice); tmp = 0.
 // Thread layout as compute_mma: rows wm*64 + mi*16 + g (+8), columns wn*32 + ni*8 + 2q (+1).
+// slice: the index of the K slice, k_at its first K, slices: K slices per row.
 __device__ __forceinline__ void promote_mma(float (&acc)[4][4][4], float (&tmp)[4][4][4], const GroupedGemmArgs& g,
-                                            const ColMap& cmap, int e, int64_t row0, int64_t k_slice, int64_t slices) {
+                                            const ColMap& cmap, int e, int64_t row0, int64_t slice, int64_t k_at,
+                                            int64_t slices) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int gq = lane >> 2, q = lane & 3, wm = warp >> 2, wn = warp & 3;
     float sa[4][2], sw[4][2];
-    const int64_t slice = k_slice / promotion_group(g.b_scales, g.K);
 #pragma unroll
     for (int mi = 0; mi < 4; ++mi)
 #pragma unroll
@@ -243,7 +238,7 @@ __device__ __forceinline__ void promote_mma(float (&acc)[4][4][4], float (&tmp)[
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
             const int64_t p = cmap(wn * 32 + ni * 8 + 2 * q + c);
-            sw[ni][c] = p >= 0 ? promo_scale(g.b_scales, e, p, k_slice) : 0.0f;
+            sw[ni][c] = p >= 0 ? promo_scale(g.b_scales, e, p, k_at) : 0.0f;
         }
 #pragma unroll
     for (int mi = 0; mi < 4; ++mi)
@@ -365,7 +360,7 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_portable_kernel(const _
             compute_mma<T, kNMajor>(reinterpret_cast<float(&)[4][4][4]>(tmp_mma), As, Bs);
             if ((k0 + kBK) % k_slice == 0 || !more)  // slices are multiples of kBK (the host checks)
                 promote_mma(reinterpret_cast<float(&)[4][4][4]>(acc_mma), reinterpret_cast<float(&)[4][4][4]>(tmp_mma),
-                            g, cmap, eb, row0, k0 / k_slice * k_slice, g.K / k_slice);
+                            g, cmap, eb, row0, k0 / k_slice, k0 / k_slice * k_slice, g.K / k_slice);
         } else if constexpr (kMma) {
             compute_mma<T, kNMajor>(reinterpret_cast<float(&)[4][4][4]>(acc_mma), As, Bs);
         } else {

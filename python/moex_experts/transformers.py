@@ -95,17 +95,23 @@ def _gate(module):
                               "act(gate) * up and GPT-OSS's clamped SwiGLU only")
 
 
-def _layout(module):
-    """The module as moex's call takes it: ((up, up_bias, down_bias) attribute names, the bias ones None without
-    biases; (has_gate, is_transposed, is_concatenated, activation, gate, swiglu_alpha, swiglu_limit)), or
-    NotImplementedError for what moex cannot run."""
+def _gate_layout(module, gate_of):
+    """(has_gate, activation, gate, alpha, limit, the up projection's attribute name) of an experts module whose gate
+    gate_of reads, or NotImplementedError for a post-expert norm (both module kinds)."""
     if getattr(module, "has_post_expert_norm", False):
         raise NotImplementedError(f"moex: {type(module).__name__} applies a norm after each expert "
                                   "(has_post_expert_norm); moex's backends do not")
     has_gate = getattr(module, "has_gate", True)
-    gate, alpha, limit = _gate(module) if has_gate else _DEFAULT_GATE
+    gate, alpha, limit = gate_of(module) if has_gate else _DEFAULT_GATE
     activation = "silu" if gate == "gpt_oss" else _activation(module)
-    up = "gate_up_proj" if has_gate else "up_proj"
+    return has_gate, activation, gate, alpha, limit, ("gate_up_proj" if has_gate else "up_proj")
+
+
+def _layout(module):
+    """The module as moex's call takes it: ((up, up_bias, down_bias) attribute names, the bias ones None without
+    biases; (has_gate, is_transposed, is_concatenated, activation, gate, swiglu_alpha, swiglu_limit)), or
+    NotImplementedError for what moex cannot run."""
+    has_gate, activation, gate, alpha, limit, up = _gate_layout(module, _gate)
     biases = (up + "_bias", "down_proj_bias") if getattr(module, "has_bias", False) else (None, None)
     return (up, *biases), (has_gate, getattr(module, "is_transposed", False), getattr(module, "is_concatenated", True),
                            activation, gate, float(alpha), float(limit))
@@ -188,13 +194,7 @@ def _fp8_layout(module):
     name = type(module).__name__
     if getattr(module, "has_bias", False):
         raise NotImplementedError(f"moex: {name} has biases; FP8Experts takes none")
-    if getattr(module, "has_post_expert_norm", False):
-        raise NotImplementedError(f"moex: {name} applies a norm after each expert (has_post_expert_norm); moex's "
-                                  "backends do not")
-    has_gate = getattr(module, "has_gate", True)
-    gate, alpha, limit = _fp8_gate(module) if has_gate else _DEFAULT_GATE
-    activation = "silu" if gate == "gpt_oss" else _activation(module)
-    up = "gate_up_proj" if has_gate else "up_proj"
+    has_gate, activation, gate, alpha, limit, up = _gate_layout(module, _fp8_gate)
     weight, scale = getattr(module, up), getattr(module, up + "_scale_inv")
     scheme = getattr(module, "activation_scheme", "dynamic")
     block = None

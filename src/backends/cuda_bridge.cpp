@@ -48,8 +48,6 @@ cuda::ActQuant act_quant(const ExpertsProblem& p) {
     cuda::ActQuant a;
     if (!q.enabled() || q.activations == ActivationQuant::kNone) return a;
     a.mode = q.activations;
-    a.up_group = q.block_k > 0 ? q.block_k : p.H();
-    a.down_group = q.block_k > 0 ? q.block_k : p.I();
     if (q.activations == ActivationQuant::kStatic) {
         a.up_scale = static_cast<const float*>(q.gate_up.activation_scale.data);
         a.down_scale = static_cast<const float*>(q.down.activation_scale.data);

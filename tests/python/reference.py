@@ -12,6 +12,15 @@ def act(name, x):
     return torch.relu(x)
 
 
+def gated(g, v, activation, gate, swiglu_alpha, swiglu_limit):
+    """h from the gate and up halves: act(g) * v, or GPT-OSS's clamped SwiGLU."""
+    if gate == "gpt_oss":
+        g = g.clamp(max=swiglu_limit)
+        v = v.clamp(-swiglu_limit, swiglu_limit)
+        return (v + 1) * g * torch.sigmoid(swiglu_alpha * g)
+    return act(activation, g) * v
+
+
 def experts_reference(x, ids, w, up, down, up_bias=None, down_bias=None, *, has_gate=True, is_transposed=False,
                       is_concatenated=True, activation="silu", gate="default", swiglu_alpha=1.702, swiglu_limit=7.0):
     """out[t] = sum_j w[t, j] * f_e(x[t]) in float64; ids outside [0, E) add nothing."""
@@ -33,12 +42,7 @@ def experts_reference(x, ids, w, up, down, up_bias=None, down_bias=None, *, has_
                 u = u + up_bias[e]
             if has_gate:
                 g, v = (u.chunk(2) if is_concatenated else (u[0::2], u[1::2]))
-                if gate == "gpt_oss":
-                    g = g.clamp(max=swiglu_limit)
-                    v = v.clamp(-swiglu_limit, swiglu_limit)
-                    h = (v + 1) * g * torch.sigmoid(swiglu_alpha * g)
-                else:
-                    h = act(activation, g) * v
+                h = gated(g, v, activation, gate, swiglu_alpha, swiglu_limit)
             else:
                 h = act(activation, u)
             Wd = down[e].T if is_transposed else down[e]  # (H, I)
@@ -130,13 +134,7 @@ def quantized_experts_reference(x, ids, w, up, down, *, quant, up_scale_inv, dow
             xe = quantize_activations(xe, scheme, group, scale)
         u = xe @ Wu[e].T
         if has_gate:
-            g, v = u.chunk(2, dim=-1)
-            if gate == "gpt_oss":
-                g = g.clamp(max=swiglu_limit)
-                v = v.clamp(-swiglu_limit, swiglu_limit)
-                h = (v + 1) * g * torch.sigmoid(swiglu_alpha * g)
-            else:
-                h = act(activation, g) * v
+            h = gated(*u.chunk(2, dim=-1), activation, gate, swiglu_alpha, swiglu_limit)
         else:
             h = act(activation, u)
         if hidden_dtype is not None:
