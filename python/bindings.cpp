@@ -513,7 +513,7 @@ ExpertsImplementation implementation_of(const nb::handle& value) {
 
 std::unique_ptr<Model> from_pretrained(const std::string& path, const std::string& device, int device_index,
                                        std::optional<std::string> dtype, nb::object experts_implementation,
-                                       int num_threads, int64_t max_context, bool progress) {
+                                       int num_threads, int64_t max_context, bool progress, bool dequantize) {
     ModelOptions o;
     const auto dev = device_from_name(device);
     MOEX_REQUIRE(dev.has_value(), ErrorCode::kInvalidArgument, "unknown device `" + device + "`; valid: cpu, cuda");
@@ -528,6 +528,7 @@ std::unique_ptr<Model> from_pretrained(const std::string& path, const std::strin
     o.num_threads = num_threads;
     o.max_context = max_context;
     o.progress = progress;
+    o.dequantize = dequantize;
     nb::gil_scoped_release release;
     return std::make_unique<Model>(Model::from_pretrained(path, o));
 }
@@ -687,7 +688,7 @@ NB_MODULE(_moex, m) {
                       "olmoe).")
         .def_static("from_pretrained", &from_pretrained, "path"_a, "device"_a = "cpu", "device_index"_a = 0,
                     "dtype"_a = nb::none(), "experts_implementation"_a = nb::none(), "num_threads"_a = 0,
-                    "max_context"_a = 0, "progress"_a = false)
+                    "max_context"_a = 0, "progress"_a = false, "dequantize"_a = false)
         .def_prop_ro("config", &config_of)
         .def_prop_ro("device", [](const Model& m) { return std::string(device_name(m.device())); })
         .def_prop_ro("dtype", [](const Model& m) { return std::string(dtype_name(m.dtype())); })

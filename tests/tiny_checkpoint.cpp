@@ -252,23 +252,10 @@ std::vector<TinyTensor> tiny_checkpoint_tensors(const TinyCheckpointOptions& o) 
     return out;
 }
 
-// Linears transformers' FP8 quantizer converts (attention, MLPs, experts); not the router or shared_expert_gate.
-bool fp8_linear(const std::string& name) {
-    auto ends = [&](const char* suffix) {
-        const std::string s(suffix);
-        return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
-    };
-    return ends("_proj.weight") || ends(".w1.weight") || ends(".w2.weight") || ends(".w3.weight") ||
-           ends("experts.gate_up_proj") || ends("experts.down_proj");
-}
-
 std::string tiny_config_json(const TinyCheckpointOptions& o) {
     Json j;
-    const bool quantized = o.fp8_block > 0 && !o.fp8_dequantized;
-    const Json quant = {{"quant_method", "fp8"},
-                        {"weight_block_size", Json::array({o.fp8_block, o.fp8_block})},
-                        {"activation_scheme", "dynamic"},
-                        {"scale_fmt", o.fp8_ue8m0 ? "ue8m0" : "float"}};
+    const bool quantized = o.quantized() && !o.fp8_dequantized;
+    const Json quant = quantization_config_json(o);
     if (!o.composite) {
         j["architectures"] = Json::array({class_name(o.arch)});
         const Json text = text_config(o);
@@ -302,58 +289,35 @@ void write_tiny_checkpoint(const std::string& dir, const TinyCheckpointOptions& 
         for (int i = 0; i < 64; ++i) static_cast<float*>(proj.data())[i] = 0.01f * float(i);
         tensors.push_back({"model.vision_tower.proj.weight", std::move(proj)});
     }
-    std::vector<Tensor> kept;  // the stored-dtype copies the NamedTensor views point into
-    std::vector<std::vector<NamedTensor>> shards(size_t(o.shards));
+    std::vector<std::vector<RawTensor>> shards(size_t(o.shards));
     for (size_t i = 0; i < tensors.size(); ++i) {
-        std::vector<NamedTensor>& shard = shards[i * size_t(o.shards) / tensors.size()];
+        std::vector<RawTensor>& shard = shards[i * size_t(o.shards) / tensors.size()];
         const TinyTensor& t = tensors[i];
-        if (o.fp8_block == 0 || !fp8_linear(t.name)) {
-            kept.push_back(stored(t.values, o.dtype));
-            shard.push_back({t.name, kept.back().view()});
+        const QuantFormat f = quantized_format(o, t.name);
+        if (f != QuantFormat::kNone) {
+            for (RawTensor& r : encode_linear(o, t.name, t.values, f)) shard.push_back(std::move(r));
             continue;
         }
-        // FP8: quantized as (E, N, K) (a linear is one "expert"), stored in the linear's own shape.
-        TensorView w3 = t.values.view();
-        const bool fused = w3.ndim == 3;
-        if (!fused) w3 = TensorView::contiguous(w3.data, DType::kF32, {1, w3.shape[0], w3.shape[1]});
-        const bool gate_up = fused && t.name.find("gate_up_proj") != std::string::npos;
-        QuantizedWeights q = quantize_weights(w3, QuantFormat::kFp8, o.fp8_block, o.fp8_block,
-                                              o.fp8_ue8m0 ? DType::kUE8M0 : DType::kF32, gate_up ? 2 : 1);
-        auto drop_expert_dim = [&](const Tensor& x) {
-            TensorView v = x.view();
-            if (!fused) v = TensorView::contiguous(v.data, v.dtype, {v.shape[1], v.shape[2]});
-            return v;
-        };
-        if (o.fp8_dequantized) {  // the same values as f32: what a loader must produce from the FP8 pair
-            Tensor deq(DType::kF32, w3.shape, 3);
-            const int64_t N = w3.shape[1], K = w3.shape[2], rows = q.scale_inv.view().shape[1],
-                          cols = q.scale_inv.view().shape[2];
-            for (int64_t i = 0; i < w3.numel(); ++i) {
-                const int64_t e = i / (N * K), n = (i / K) % N, k = i % K;
-                const int64_t si = (e * rows + n / o.fp8_block) * cols + k / o.fp8_block;
-                const float s = o.fp8_ue8m0 ? ue8m0_to_f32(static_cast<const uint8_t*>(q.scale_inv.data())[si])
-                                            : static_cast<const float*>(q.scale_inv.data())[si];
-                static_cast<float*>(deq.data())[i] =
-                    fp8e4m3_to_f32(static_cast<const uint8_t*>(q.weights.data())[i]) * s;
-            }
-            kept.push_back(deq);
-            shard.push_back({t.name, drop_expert_dim(kept.back())});
-            continue;
-        }
-        kept.push_back(q.weights);
-        shard.push_back({t.name, drop_expert_dim(kept.back())});
-        kept.push_back(q.scale_inv);
-        shard.push_back({t.name + "_scale_inv", drop_expert_dim(kept.back())});
+        const Tensor s = stored(t.values, o.dtype);
+        const auto* p = static_cast<const uint8_t*>(s.data());
+        const TensorView& v = s.view();
+        shard.push_back({t.name, std::string(safetensors_dtype_name(o.dtype)),
+                         std::vector<int64_t>(v.shape, v.shape + v.ndim), std::vector<uint8_t>(p, p + v.nbytes())});
     }
     const std::map<std::string, std::string> metadata = {{"format", "pt"}};
-    if (o.shards == 1) return write_safetensors((fs::path(dir) / "model.safetensors").string(), shards[0], metadata);
+    auto write = [&](const fs::path& path, const std::vector<RawTensor>& ts) {
+        std::vector<SafetensorsEntry> entries;
+        for (const RawTensor& t : ts) entries.push_back({t.name, t.dtype, t.shape, t.bytes});
+        write_safetensors(path.string(), entries, metadata);
+    };
+    if (o.shards == 1) return write(fs::path(dir) / "model.safetensors", shards[0]);
     Json weight_map = Json::object();
     int64_t total = 0;
     for (int s = 0; s < o.shards; ++s) {
-        write_safetensors((fs::path(dir) / shard_name(s, o.shards)).string(), shards[size_t(s)], metadata);
-        for (const NamedTensor& t : shards[size_t(s)]) {
+        write(fs::path(dir) / shard_name(s, o.shards), shards[size_t(s)]);
+        for (const RawTensor& t : shards[size_t(s)]) {
             weight_map[t.name] = shard_name(s, o.shards);
-            total += t.view.nbytes();
+            total += int64_t(t.bytes.size());
         }
     }
     const Json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
@@ -406,6 +370,8 @@ std::string tiny_checkpoint_name(const TinyCheckpointOptions& o) {
     if (o.composite) s += "_composite";
     if (o.tied) s += "_tied";
     if (o.fp8_block > 0) s += std::string(o.fp8_dequantized ? "_fp8deq" : "_fp8") + std::to_string(o.fp8_block);
+    if (o.fp4 != QuantFormat::kNone)
+        s += "_" + std::string(quant_format_name(o.fp4)) + (o.fp8_dequantized ? "deq" : "");
     if (o.dense_layer) s += "_dense";
     return s;
 }

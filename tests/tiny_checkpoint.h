@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -26,13 +27,21 @@ struct TinyCheckpointOptions {
     bool tied = false;         // tie_word_embeddings, no lm_head.weight
     bool dense_layer = false;  // qwen*: mlp_only_layers = [1], a dense-MLP layer 1
     uint64_t seed = 0;
-    // > 0: a pre-quantized checkpoint (quantization_config fp8, weight_block_size fp8_block x fp8_block): every
-    // linear of attention, MLPs and experts stored F8_E4M3 with its `_scale_inv` (F32, or F8_E8M0 with fp8_ue8m0);
-    // embeddings, norms, the router, shared_expert_gate and lm_head keep `dtype`. With fp8_dequantized the same
-    // quantized values are written back as f32 instead (no quantization_config): the model the FP8 one holds.
+    // Pre-quantized checkpoints, every linear its quantizer converts stored encoded (attention, MLPs, experts; not
+    // embeddings, norms, the router, shared_expert_gate or lm_head, which keep `dtype`):
+    //   fp8_block > 0         quantization_config fp8 (weight_block_size fp8_block x fp8_block): F8_E4M3 with
+    //                         `_scale_inv` (F32, or F8_E8M0 with fp8_ue8m0);
+    //   + fp4 = kMxfp4        expert_dtype fp4: the experts as I8 e2m1 pairs with F8_E8M0 `_scale_inv` per 32;
+    //   fp4 = kMxfp4 alone    gpt-oss's quant_method mxfp4: fused experts as `_blocks` + `_scales` (per_expert
+    //                         false), every other linear float;
+    //   fp4 = kNvfp4          modelopt NVFP4: U8 `weight`, F8_E4M3 `weight_scale` per 16, F32 `weight_scale_2`.
+    // fp8_dequantized writes the decoded values as f32 instead (no quantization_config): the model the encoded one
+    // holds. FP4 needs K (hidden, moe_intermediate, ...) to be a multiple of 32 (mxfp4) or 16 (nvfp4).
     int64_t fp8_block = 0;
     bool fp8_ue8m0 = false;
+    QuantFormat fp4 = QuantFormat::kNone;
     bool fp8_dequantized = false;
+    bool quantized() const { return fp8_block > 0 || fp4 != QuantFormat::kNone; }
 
     int64_t vocab = 64, hidden = 32, layers = 2, heads = 4, kv_heads = 2, head_dim = 8;
     int64_t experts = 4, top_k = 2, moe_intermediate = 16;
@@ -70,5 +79,12 @@ struct RawTensor {
     std::vector<uint8_t> bytes;
 };
 void edit_safetensors(const std::string& path, const std::function<void(std::vector<RawTensor>&)>& edit);
+
+// tests/tiny_checkpoint_quant.cpp: the format the options store tensor `name` in (kNone: float), the
+// quantization_config they write, and one linear's stored entries (weight and companions, or its decoded twin).
+QuantFormat quantized_format(const TinyCheckpointOptions& options, const std::string& name);
+nlohmann::ordered_json quantization_config_json(const TinyCheckpointOptions& options);
+std::vector<RawTensor> encode_linear(const TinyCheckpointOptions& options, const std::string& name, const Tensor& w,
+                                     QuantFormat format);
 
 }  // namespace moex::test

@@ -1,5 +1,6 @@
 // `moex generate [--model DIR] --prompt TEXT [--experts-implementation NAME | KEY=NAME,...] [--device cpu|cuda]
-//  [--dtype f32|bf16] [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--json]`:
+//  [--dtype f32|bf16] [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--dequantize]
+//  [--json]`:
 // loads a Hugging Face MoE checkpoint (default: the small model shipped in models/moex-tiny-moe), streams the
 // generated text to stdout, then prints prefill and decode tokens/s. With --json it prints one object
 // {"prompt_ids": [...], "new_ids": [...], "text": "..."} instead. Greedy when the temperature is 0.
@@ -36,7 +37,7 @@ struct GenerateArgs {
     uint64_t seed = 0;
     int threads = 0, runs = 1;
     int64_t random_prompt = 0;
-    bool json = false, verbose = false, ignore_eos = false;
+    bool json = false, verbose = false, ignore_eos = false, dequantize = false;
 };
 
 // The shipped model: $MOEX_DEFAULT_MODEL; else the installed copy beside this program (<prefix>/bin/moex ->
@@ -60,6 +61,7 @@ void run(const GenerateArgs& a) {
     if (!a.experts.empty()) options.experts_implementation = ExpertsImplementation::parse(a.experts);
     options.num_threads = resolve_threads(a.threads);
     options.max_context = a.max_context;
+    options.dequantize = a.dequantize;
     const std::string dir = a.model.empty() ? default_model() : a.model;
     Model model = Model::from_pretrained(dir, options);
     MOEX_REQUIRE(model.tokenizer() != nullptr, ErrorCode::kNotFound,
@@ -73,6 +75,8 @@ void run(const GenerateArgs& a) {
     s.temperature = a.temperature >= 0 ? a.temperature : (c.do_sample ? c.temperature : 0.0);
     s.top_k = a.top_k >= 0 ? a.top_k : (c.do_sample ? c.top_k : 0);
     s.top_p = a.top_p >= 0 ? a.top_p : (c.do_sample ? c.top_p : 1.0);
+    if (a.verbose && c.quant.enabled())
+        std::fprintf(stderr, "moex: %s\n", quantization_summary(c.quant, a.dequantize, model.dtype()).c_str());
     if (a.verbose) {
         // One line each time the backend of the MoE layers changes (prefill, then the decode loop).
         auto last = std::make_shared<std::string>();
@@ -150,6 +154,9 @@ void add_generate_command(CLI::App& app) {
     cmd->add_option("--seed", a->seed, "Sampling seed")->capture_default_str();
     cmd->add_option("--threads", a->threads, "CPU threads (0 = all)")->capture_default_str();
     cmd->add_option("--max-context", a->max_context, "KV-cache length (0 = the model's, capped at 32768)");
+    cmd->add_flag("--dequantize", a->dequantize,
+                  "Pre-quantized checkpoints: decode the routed experts into the run dtype on load (default: they "
+                  "stay FP8 / FP4 and run quantized)");
     cmd->add_flag("--json", a->json, "Print one JSON object {prompt_ids, new_ids, text}");
     cmd->add_flag("--verbose", a->verbose, "Print the experts backend of every forward pass on stderr");
     cmd->callback([a] { run(*a); });

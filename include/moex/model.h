@@ -49,6 +49,10 @@ struct ModelOptions {
     bool progress = true;                          // loading progress bar on stderr when it is a terminal
     bool load_tokenizer = true;                    // read tokenizer.json when the directory has one
     int64_t max_context = 0;                       // KV-cache rows; 0 = max_position_embeddings (capped at 32768)
+    // Pre-quantized checkpoints (quantization_config fp8 | mxfp4 | modelopt NVFP4): the routed experts stay in their
+    // format in memory and run through the backend quantized; true decodes them into the run dtype on load
+    // (transformers' dequantize=True). The other quantized linears are always decoded on load.
+    bool dequantize = false;
 };
 
 struct SamplingOptions {

@@ -29,14 +29,25 @@ struct RopeConfig {
     double partial_rotary_factor = 1.0;
 };
 
-// The quantization_config of a pre-quantized checkpoint (transformers' FineGrainedFP8Config, quant_method fp8):
-// its F8_E4M3 linears come with `*_scale_inv` companions over blocks of block_n x block_k (0 x 0: one per tensor).
-// moex dequantizes them on load into the run dtype (what transformers does with dequantize=True).
+// The quantization_config of a pre-quantized checkpoint, as the hub writes it (the tensors each method stores are
+// read by src/model/weights/quant.h):
+//   fp8      FineGrainedFP8Config: F8_E4M3 linears with `<name>_scale_inv` over blocks of block_n x block_k (0 x 0:
+//            one per tensor) in F32 or ue8m0; with expert_dtype fp4 the experts hold e2m1 pairs instead (MXFP4).
+//   mxfp4    gpt-oss's Mxfp4Config: the experts as `<proj>_blocks` and `<proj>_scales`; other linears are float.
+//   modelopt quant_algo NVFP4: linears as packed e2m1 `weight` with `weight_scale` (e4m3) and `weight_scale_2`.
+// The routed experts stay in `format` in memory unless the model is loaded with dequantize; every other quantized
+// linear (attention, dense MLPs, shared experts) is dequantized into the run dtype on load.
 struct CheckpointQuant {
-    QuantFormat format = QuantFormat::kNone;
-    int64_t block_n = 0, block_k = 0;
-    ActivationQuant activations = ActivationQuant::kDynamic;
+    std::string method;                                    // quant_method as written; empty: not pre-quantized
+    QuantFormat format = QuantFormat::kNone;               // the routed experts' format: fp8 | mxfp4 | nvfp4
+    int64_t block_n = 0, block_k = 0;                      // fp8's weight_block_size
+    ActivationQuant activations = ActivationQuant::kNone;  // fp8's activation_scheme; none (weight-only) for FP4
+    bool enabled() const { return !method.empty(); }
 };
+
+// One line for load messages: "fp8 128x128 (activation_scheme dynamic): routed experts stay fp8, the other FP8
+// linears are dequantized to bfloat16 on load"; "" for a checkpoint that is not pre-quantized.
+std::string quantization_summary(const CheckpointQuant& quant, bool dequantize, DType run_dtype);
 
 struct ModelConfig {
     Architecture arch = Architecture::kQwen3Moe;

@@ -53,7 +53,7 @@ Model Model::from_pretrained(const std::string& dir, const ModelOptions& options
     m.experts.emplace(c.sub_config_keys, c.text_config_key, options.device, options.experts_implementation,
                       c.experts_implementation_in_file);
     m.ops = make_ops(options);
-    m.weights = model::load_weights(dir, c, {m.dtype, options.device, options.progress});
+    m.weights = model::load_weights(dir, c, {m.dtype, options.device, options.progress, options.dequantize});
     if (options.load_tokenizer && std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"))
         m.tokenizer.emplace(Tokenizer::from_file((std::filesystem::path(dir) / "tokenizer.json").string()));
 
@@ -178,6 +178,7 @@ void Model::Impl::mlp_block(int64_t l, const TensorView& h, const Backend& backe
     p.gate_up_proj = w.experts_gate_up.view();
     p.down_proj = w.experts_down.view();
     p.activation = c.hidden_act;
+    p.quant = w.experts_quant(weights.experts);  // resident quantized experts: codes + scales, as stored
     if (observer) observer(l, std::string(backend.name()), T);
     backend.run(p, out, o.experts_options());
     if (w.shared_gate_up.view().defined()) {  // qwen2_moe: out += sigmoid(gate(h)) * shared_mlp(h)

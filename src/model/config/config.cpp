@@ -169,40 +169,6 @@ void read_shared_fields(const JsonFields& text, const JsonFields& top, const Fam
     c.pad_token_id = id_field("pad_token_id", fam.pad);
 }
 
-// quantization_config (top level, as transformers writes it): quant_method fp8 with weight_block_size (a pair, or
-// null for per-tensor scales), activation_scheme dynamic | static and scale_fmt float | ue8m0. Other methods are
-// refused by name: moex cannot load their tensors.
-CheckpointQuant quantization_of(const JsonFields& top) {
-    CheckpointQuant q;
-    const OrderedJson* v = top.get("quantization_config");
-    if (v == nullptr) return q;
-    if (!v->is_object()) top.fail_type("quantization_config", "an object");
-    const JsonFields f(*v, top.label(), top.field("quantization_config") + ".");
-    const std::string method = f.string("quant_method").value_or("");
-    if (method != "fp8")
-        fail(ErrorCode::kUnsupported, f.where("quant_method") + " `" + method +
-                                          "` is not loaded by moex; it loads fp8 checkpoints (FineGrainedFP8Config) "
-                                          "and dequantizes them");
-    q.format = QuantFormat::kFp8;
-    if (f.has("weight_block_size")) {
-        const std::vector<int64_t> b = f.integer_list("weight_block_size").value_or(std::vector<int64_t>{});
-        if (b.size() != 2 || b[0] <= 0 || b[1] <= 0 || b[0] > (1 << 20) || b[1] > (1 << 20))
-            fail(ErrorCode::kFormat, f.where("weight_block_size") + " must be two positive sizes or null");
-        q.block_n = b[0], q.block_k = b[1];
-    } else if (!f.contains("weight_block_size")) {
-        q.block_n = q.block_k = 128;  // FineGrainedFP8Config's default
-    }
-    const std::string scheme = f.string("activation_scheme").value_or("dynamic");
-    const auto act = activation_quant_from_name(scheme);
-    if (!act || *act == ActivationQuant::kNone)
-        fail(ErrorCode::kFormat, f.where("activation_scheme") + " `" + scheme + "`; allowed: dynamic, static");
-    q.activations = *act;
-    const std::string fmt = f.string("scale_fmt").value_or("float");
-    if (fmt != "float" && fmt != "ue8m0")
-        fail(ErrorCode::kFormat, f.where("scale_fmt") + " `" + fmt + "`; allowed: float, ue8m0");
-    return q;
-}
-
 std::vector<std::pair<std::string, std::string>> experts_implementation_of(const JsonFields& top) {
     const OrderedJson* v = top.get("experts_implementation");
     if (v == nullptr) return {};

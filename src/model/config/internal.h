@@ -33,6 +33,10 @@ void check_model_config(const ModelConfig& config, const JsonFields& fields);
 // Reads generation_config.json's eos/bos/pad ids and sampling defaults into `config`.
 void apply_generation_config(const JsonFields& fields, ModelConfig& config);
 
+// quantization_config (top level, as transformers writes it) -> CheckpointQuant; absent: not quantized.
+// src/model/config/quant_config.cpp
+CheckpointQuant quantization_of(const JsonFields& top);
+
 // A token id field value as int32 (kFormat when it does not fit).
 int32_t token_id(const JsonFields& fields, const std::string& key, int64_t value);
 

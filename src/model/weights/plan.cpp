@@ -2,6 +2,8 @@
 // experts, hub or Mixtral expert names) resolved into a LoadPlan, each tensor checked against config.json.
 #include "src/model/weights/plan.h"
 
+#include <tuple>
+
 #include "moex/error.h"
 #include "src/io/messages.h"
 #include "src/model/config/internal.h"
@@ -25,9 +27,10 @@ const ExpertNames kExpertNames[] = {{"gate_proj", "up_proj", "down_proj"}, {"w1"
 
 class Planner {
    public:
-    Planner(CheckpointFiles& files, const ModelConfig& c)
+    Planner(CheckpointFiles& files, const ModelConfig& c, bool dequantize)
         : files_(files),
           c_(c),
+          dequantize_(dequantize),
           fields_(c.text_config_key.empty() ? "" : c.text_config_key + "."),
           names_(expert_field_names(c.arch)) {}
 
@@ -57,9 +60,17 @@ class Planner {
     void attention(const std::string& p);
     void moe(const std::string& p);
     void experts_per_expert(const std::string& m);
+    // The routed experts' gate_up (E, 2I, H) or down (E, H, I) from `pieces`: in the run dtype, or resident when
+    // they are encoded and the load does not dequantize.
+    void experts(const std::string& m, bool gate_up, std::vector<int64_t> shape, std::vector<PlanPiece> pieces);
+    void experts_resident(const std::string& m, bool gate_up, const std::vector<int64_t>& shape,
+                          const std::vector<PlanPiece>& pieces);
+    // A target whose pieces' bytes are copied as stored, each after the one before.
+    void stored(WeightSlot slot, std::vector<int64_t> shape, DType dtype, const std::vector<Found>& pieces);
 
     CheckpointFiles& files_;
     const ModelConfig& c_;
+    bool dequantize_;
     std::string fields_;  // "text_config." for a composite config
     ExpertFieldNames names_;
     LoadPlan plan_;
@@ -76,19 +87,11 @@ void Planner::missing(const std::vector<std::string>& names) const {
 PlanPiece Planner::piece(const std::string& name, const ExpectedShape& shape, int64_t offset) {
     const std::optional<Found> found = files_.find(name);
     if (!found) missing({name});
-    const bool fp8 = c_.quant.format == QuantFormat::kFp8;
-    check_source(*found->file, *found->info, shape, fp8);
+    PieceQuant q = check_piece(files_, c_.quant, *found, shape);
     plan_.total_bytes += found->info->nbytes();
-    PlanPiece p{found->file, found->info, offset};
-    if (found->info->dtype == "F8_E4M3") {  // its block scales, dequantized with it on load
-        const std::string sname = name + "_scale_inv";
-        const std::optional<Found> s = files_.find(sname);
-        if (!s) missing({sname});
-        check_scales(*s->file, *s->info, name, sizes_of(shape), c_.quant.block_n, c_.quant.block_k);
-        plan_.total_bytes += s->info->nbytes();
-        p.scales = {s->file, s->info, c_.quant.block_n, c_.quant.block_k};
-    }
-    return p;
+    for (const Found* f : {&q.scale, &q.global})
+        if (f->info) plan_.total_bytes += f->info->nbytes();
+    return {found->file, found->info, offset, std::move(q), sizes_of(shape)};
 }
 
 void Planner::add(WeightSlot slot, std::vector<int64_t> shape, std::vector<PlanPiece> pieces) {
@@ -147,8 +150,105 @@ void Planner::experts_per_expert(const std::string& m) {
         gate_up.push_back(piece(x + style->up + ".weight", {I(), H()}, base + block));
         down.push_back(piece(x + style->down + ".weight", {H(), I()}, checked_mul(e, block, "experts down")));
     }
-    add(at(&L::experts_gate_up), {c_.num_experts, checked_mul(2, rows, "2*I"), cols}, std::move(gate_up));
-    add(at(&L::experts_down), {c_.num_experts, cols, rows}, std::move(down));
+    experts(m, true, {c_.num_experts, checked_mul(2, rows, "2*I"), cols}, std::move(gate_up));
+    experts(m, false, {c_.num_experts, cols, rows}, std::move(down));
+}
+
+void Planner::experts(const std::string& m, bool gate_up, std::vector<int64_t> shape, std::vector<PlanPiece> pieces) {
+    const QuantFormat f = pieces.front().quant.format;
+    for (const PlanPiece& p : pieces)
+        if (p.quant.format != f)
+            fail(ErrorCode::kFormat, p.file->path() + ": " + p.info->name + " is stored " +
+                                         std::string(quant_format_name(p.quant.format)) + " but " +
+                                         pieces.front().info->name + " is " + std::string(quant_format_name(f)) +
+                                         "; one layer's experts share one format");
+    if (f == QuantFormat::kNone || dequantize_)
+        return add(at(gate_up ? &L::experts_gate_up : &L::experts_down), std::move(shape), std::move(pieces));
+    experts_resident(m, gate_up, shape, pieces);
+}
+
+void Planner::stored(WeightSlot slot, std::vector<int64_t> shape, DType dtype, const std::vector<Found>& sources) {
+    std::vector<PlanPiece> pieces;
+    int64_t offset = 0;
+    for (const Found& s : sources) {
+        pieces.push_back({s.file, s.info, offset});
+        offset = checked_add(offset, int64_t(s.info->nbytes()) / dtype_size(dtype), "stored tensor");
+    }
+    int64_t numel = 1;
+    for (int64_t d : shape) numel = checked_mul(numel, d, "stored tensor");
+    MOEX_REQUIRE(offset == numel, ErrorCode::kFormat,
+                 sources.front().file->path() + ": " + sources.front().info->name +
+                     " and the tensors fused with it hold " + std::to_string(offset) + " values, expected " +
+                     std::to_string(numel));
+    plan_.targets.push_back({slot, std::move(shape), std::move(pieces), dtype});
+}
+
+// Resident experts keep the checkpoint's codes and scales, fused like float ones: per-expert gate and up rows
+// stacked, experts one after the other. moex's kernels take whole FP8 blocks of one scale each, so a block must not
+// straddle gate and up or the end of a row: I, H (and K) must be multiples of the block, else dequantize.
+void Planner::experts_resident(const std::string& m, bool gate_up, const std::vector<int64_t>& shape,
+                               const std::vector<PlanPiece>& pieces) {
+    const PlanPiece& first = pieces.front();
+    const PieceQuant& q = first.quant;
+    const int64_t E = shape[0], N = shape[1], K = shape[2];
+    const std::string where = first.file->path() + ": " + first.info->name;
+    const std::string hint =
+        "; load it with dequantize (moex generate --dequantize) to run the experts in the run dtype";
+    const bool per_expert = pieces.size() > 1;
+    if (q.format == QuantFormat::kFp8 && q.block_n == 0 && per_expert)
+        fail(ErrorCode::kUnsupported, where +
+                                          ": per-expert FP8 tensors with one scale each (weight_block_size null) "
+                                          "cannot share one scale per fused expert" +
+                                          hint);
+    if (q.format == QuantFormat::kFp8 && q.block_n > 0) {
+        const ExpectedDim n_dim = gate_up ? I() : H(), k_dim = gate_up ? H() : I();
+        for (const auto& [dim, block, which] : {std::tuple{n_dim, q.block_n, 0}, std::tuple{k_dim, q.block_k, 1}})
+            if (dim_size(dim) % block != 0)
+                fail(ErrorCode::kUnsupported, where + ": " + dim.front().field + "=" + std::to_string(dim_size(dim)) +
+                                                  " is not a multiple of weight_block_size[" + std::to_string(which) +
+                                                  "]=" + std::to_string(block) +
+                                                  ", so the FP8 experts cannot stay resident in whole blocks" + hint);
+    }
+    const bool fp8 = q.format == QuantFormat::kFp8;
+    std::vector<Found> codes, scales, globals;
+    const DType sdt = q.scale_dtype();
+    for (const PlanPiece& p : pieces) {
+        if (p.quant.scale_dtype() != sdt)
+            fail(ErrorCode::kFormat, p.quant.scale.file->path() + ": " + p.quant.scale.info->name + " has dtype " +
+                                         p.quant.scale.info->dtype + " but " + q.scale.info->name + " has " +
+                                         q.scale.info->dtype + "; fused experts share one scale format");
+        codes.push_back({p.file, p.info});
+        scales.push_back(p.quant.scale);
+        if (p.quant.global.info) globals.push_back(p.quant.global);
+    }
+    const int64_t group = q.format == QuantFormat::kNvfp4 ? 16 : 32;
+    stored(at(gate_up ? &L::experts_gate_up : &L::experts_down), {E, N, fp8 ? K : K / 2},
+           fp8 ? DType::kFP8E4M3 : DType::kU8, codes);
+    const std::vector<int64_t> sshape = !fp8        ? std::vector<int64_t>{E, N, K / group}
+                                        : q.block_n ? std::vector<int64_t>{E, N / q.block_n, K / q.block_k}
+                                                    : std::vector<int64_t>{E, 1, 1};
+    stored(at(gate_up ? &L::experts_gate_up_scale : &L::experts_down_scale), sshape, sdt, scales);
+    if (!globals.empty())  // per-expert gate_up: gate's and up's globals, (E, 2), merged after the load
+        stored(at(gate_up ? &L::experts_gate_up_global : &L::experts_down_global),
+               per_expert && gate_up ? std::vector<int64_t>{E, 2} : std::vector<int64_t>{E}, DType::kF32, globals);
+    if (fp8 && c_.quant.activations == ActivationQuant::kStatic) {
+        if (per_expert)
+            fail(ErrorCode::kUnsupported, where +
+                                              ": activation_scheme static with per-expert tensors: gate_proj's "
+                                              "and up_proj's activation scales cannot share one per expert" +
+                                              hint);
+        const std::string name = m + (gate_up ? "experts.gate_up_proj" : "experts.down_proj") + "_activation_scale";
+        const std::optional<Found> a = files_.find(name);
+        if (!a) missing({name});
+        MOEX_REQUIRE(a->info->dtype == "F32" && a->info->shape == std::vector<int64_t>{E}, ErrorCode::kFormat,
+                     a->file->path() + ": " + name + " has dtype " + a->info->dtype + " and shape " +
+                         io::shape_text(a->info->shape) + ", expected F32 (" + std::to_string(E) +
+                         ") (one static scale per expert)");
+        plan_.total_bytes += a->info->nbytes();
+        stored(at(gate_up ? &L::experts_gate_up_act_scale : &L::experts_down_act_scale), {E}, DType::kF32, {*a});
+    }
+    plan_.experts = {q.format, fp8 ? q.block_n : 0, fp8 ? q.block_k : 0,
+                     fp8 ? c_.quant.activations : ActivationQuant::kNone};
 }
 
 void Planner::moe(const std::string& p) {
@@ -157,11 +257,15 @@ void Planner::moe(const std::string& p) {
         if (m.empty() && files_.find(p + prefix + "gate.weight")) m = p + prefix;
     if (m.empty()) missing({p + "mlp.gate.weight", p + "block_sparse_moe.gate.weight"});
     single(at(&L::router), m + "gate.weight", {E(), H()});
-    if (files_.find(m + "experts.gate_up_proj")) {  // transformers 5 fused layout
+    // transformers 5's fused layout; gpt-oss's MXFP4 form stores it as `_blocks` + `_scales`.
+    const std::string fused = m + "experts.gate_up_proj";
+    const std::string sfx = c_.quant.method == "mxfp4" && files_.find(fused + "_blocks") ? "_blocks" : "";
+    if (!sfx.empty() || files_.find(fused)) {
         ExpectedDim two_i = I();
         two_i.insert(two_i.begin(), ConfigFactor{"", 2});
-        single(at(&L::experts_gate_up), m + "experts.gate_up_proj", {E(), two_i, H()});
-        single(at(&L::experts_down), m + "experts.down_proj", {E(), H(), I()});
+        const ExpectedShape gu = {E(), two_i, H()}, d = {E(), H(), I()};
+        experts(m, true, sizes_of(gu), {piece(fused + sfx, gu, 0)});
+        experts(m, false, sizes_of(d), {piece(m + "experts.down_proj" + sfx, d, 0)});
     } else {
         experts_per_expert(m);
     }
@@ -214,6 +318,8 @@ LoadPlan Planner::run() {
 
 }  // namespace
 
-LoadPlan plan_weights(CheckpointFiles& files, const ModelConfig& config) { return Planner(files, config).run(); }
+LoadPlan plan_weights(CheckpointFiles& files, const ModelConfig& config, bool dequantize) {
+    return Planner(files, config, dequantize).run();
+}
 
 }  // namespace moex::model

@@ -24,9 +24,6 @@ std::vector<int64_t> sizes_of(const ExpectedShape& shape) {
     return sizes;
 }
 
-namespace {
-
-// "(moe_intermediate_size=16, hidden_size=32)": every named factor once, in order.
 std::string config_fields(const ExpectedShape& shape) {
     std::vector<std::string> seen;
     std::string out;
@@ -42,6 +39,8 @@ std::string config_fields(const ExpectedShape& shape) {
         }
     return "(" + out + ")";
 }
+
+namespace {
 
 bool is_source_dtype(const std::string& name) { return name == "F32" || name == "BF16" || name == "F16"; }
 
@@ -72,76 +71,19 @@ inline uint16_t load_u16(const uint8_t* p, int64_t i) {
 
 }  // namespace
 
-void check_source(const SafetensorsFile& file, const SafetensorsInfo& info, const ExpectedShape& expected, bool fp8) {
-    if (info.dtype == "F8_E4M3" && !fp8)
+void check_source(const SafetensorsFile& file, const SafetensorsInfo& info, const ExpectedShape& expected) {
+    if (info.dtype == "F8_E4M3")
         fail(ErrorCode::kFormat, file.path() + ": " + info.name +
                                      " has dtype F8_E4M3 but config.json has no quantization_config with quant_method "
                                      "fp8 (its block size and scales)");
-    MOEX_REQUIRE(is_source_dtype(info.dtype) || info.dtype == "F8_E4M3", ErrorCode::kFormat,
-                 file.path() + ": " + info.name + " has dtype " + info.dtype +
-                     ", expected a float tensor (F32, BF16 or F16" + (fp8 ? ", or F8_E4M3 with its scales)" : ")"));
+    MOEX_REQUIRE(
+        is_source_dtype(info.dtype), ErrorCode::kFormat,
+        file.path() + ": " + info.name + " has dtype " + info.dtype + ", expected a float tensor (F32, BF16 or F16)");
     const std::vector<int64_t> want = sizes_of(expected);
     if (info.shape != want)
         fail(ErrorCode::kFormat, file.path() + ": " + info.name + " has shape " + io::shape_text(info.shape) +
                                      ", expected " + io::shape_text(want) + " from config.json " +
                                      config_fields(expected));
-}
-
-void check_scales(const SafetensorsFile& file, const SafetensorsInfo& s, const std::string& weight,
-                  const std::vector<int64_t>& shape, int64_t bn, int64_t bk) {
-    const std::string where = file.path() + ": " + s.name;
-    MOEX_REQUIRE(s.dtype == "F32" || s.dtype == "F8_E8M0" || s.dtype == "U8", ErrorCode::kFormat,
-                 where + " has dtype " + s.dtype + ", expected F32 or F8_E8M0 (ue8m0; U8 bytes are read as ue8m0)");
-    const bool fused = shape.size() == 3;
-    const int64_t E = fused ? shape[0] : 1, N = shape[shape.size() - 2], K = shape.back();
-    int64_t numel = 1;
-    for (int64_t d : s.shape) numel = checked_mul(numel, d, "scale tensor");
-    if (bn == 0) {  // per tensor: a scalar, (1,), (1, 1); fused: one per expert
-        MOEX_REQUIRE(numel == E, ErrorCode::kFormat,
-                     where + " has shape " + io::shape_text(s.shape) + ", expected " + std::to_string(E) +
-                         " value(s): weight_block_size is null (one scale per tensor of " + weight + ")");
-        return;
-    }
-    int64_t rows = (N + bn - 1) / bn;
-    const int64_t cols = (K + bk - 1) / bk;
-    if (fused && s.shape.size() == 3 && s.shape[1] == 2 && rows < 2) rows = 2;  // FP8Experts keeps a row per half
-    const std::vector<int64_t> want = fused ? std::vector<int64_t>{E, rows, cols} : std::vector<int64_t>{rows, cols};
-    if (s.shape != want)
-        fail(ErrorCode::kFormat, where + " has shape " + io::shape_text(s.shape) + ", expected " +
-                                     io::shape_text(want) + " for " + weight + " " + io::shape_text(shape) +
-                                     " in blocks of " + std::to_string(bn) + "x" + std::to_string(bk));
-}
-
-void dequantize_into(std::span<const uint8_t> q, const std::vector<int64_t>& shape, std::span<const uint8_t> scales,
-                     DType scale_dtype, const std::vector<int64_t>& scale_shape, int64_t bn, int64_t bk, void* dst,
-                     DType dst_dtype, int64_t dst_offset) {
-    const bool fused = shape.size() == 3;
-    const int64_t E = fused ? shape[0] : 1, N = shape[shape.size() - 2], K = shape.back();
-    const int64_t srows = bn == 0 ? 1 : scale_shape[scale_shape.size() - 2], scols = bn == 0 ? 1 : scale_shape.back();
-    auto scale = [&](int64_t i) -> float {
-        if (scale_dtype == DType::kF32) {
-            float v;
-            std::memcpy(&v, scales.data() + 4 * i, 4);
-            return v;
-        }
-        return ue8m0_to_f32(scales[size_t(i)]);
-    };
-    const int threads = E * N * K >= (int64_t(1) << 20) ? cpu::resolve_threads(0) : 1;
-    cpu::parallel_for(E * N, threads, [&](int64_t row) {  // one (expert, n) row of K values
-        const int64_t e = row / N, n = row % N;
-        const uint8_t* src = q.data() + row * K;
-        const int64_t s0 = bn == 0 ? e : (e * srows + n / bn) * scols;
-        const int64_t out0 = dst_offset + row * K;
-        for (int64_t k = 0; k < K; ++k) {
-            const float v = fp8e4m3_to_f32(src[k]) * scale(bn == 0 ? s0 : s0 + k / bk);
-            if (dst_dtype == DType::kF32)
-                static_cast<float*>(dst)[out0 + k] = v;
-            else if (dst_dtype == DType::kBF16)
-                static_cast<uint16_t*>(dst)[out0 + k] = f32_to_bf16(v);
-            else
-                static_cast<uint16_t*>(dst)[out0 + k] = f32_to_f16(v);
-        }
-    });
 }
 
 void convert_into(std::span<const uint8_t> src, DType src_dtype, void* dst, DType dst_dtype, int64_t dst_offset) {
