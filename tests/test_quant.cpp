@@ -2,6 +2,7 @@
 // layout against the float64 reference on the dequantized values, the AVX2 dequantizer against the scalar one, and
 // quantized results against the bf16 experts they came from.
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -388,27 +389,58 @@ TEST(QuantKernels, Avx2DequantMatchesScalarBitwise) {
     }
 }
 
-// The fused decode kernel (codes decoded and scaled in registers) gives the bits of the f32 streaming kernel on the
-// dequantized rows, for 1-4 rows of A and row tiles that do not divide N.
+// The fused decode kernels (codes decoded and scaled in registers) give the bits of the AVX2 f32 streaming kernel on
+// the dequantized rows, for every row count they take (AVX2 1-4, AVX-512 1-24: passes of 6), row tiles that do not
+// divide N, K with and without a partial 64-byte line; an FP8 NaN code makes its row's outputs NaN.
 TEST(QuantKernels, FusedStreamMatchesDequantizedStreamBitwise) {
     const cpu::KernelTable* avx2 = cpu::avx2_kernels();
     if (!avx2) GTEST_SKIP() << "this CPU has no AVX2";
-    for (const Scheme& s : kSchemes) {
-        const int64_t K = 128, N = 64;
-        const QuantProblem qp(1, K, N / 2, 2, 1, Variant{}, s, 13);
-        const cpu::CpuProblem cp = cpu::unpack_problem(qp.problem());
-        const cpu::WeightMat w = cp.up(1).from_row(5);
-        const int64_t n = N - 5 - 2;
-        std::vector<float> a(size_t(4 * K)), deq(size_t(n * K)), want(size_t(4 * n)), got(size_t(4 * n));
-        for (size_t i = 0; i < a.size(); ++i) a[i] = float(std::sin(0.37 * double(i)));
-        const float* rows[4] = {a.data(), a.data() + K, a.data() + 2 * K, a.data() + 3 * K};
-        avx2->dequant(w, n, 0, K, deq.data(), K);
-        for (int64_t m = 1; m <= 4; ++m) {
-            avx2->stream(rows, m, cpu::WeightMat{deq.data(), DType::kF32, false, K, K}, n, want.data(), n);
-            ASSERT_TRUE(avx2->stream_fused(rows, m, w, n, got.data(), n)) << s.name;
-            EXPECT_EQ(std::memcmp(want.data(), got.data(), size_t(m * n) * 4), 0) << s.name << " m=" << m;
-        }
-    }
+    std::vector<const cpu::KernelTable*> tables{avx2};
+    if (cpu::avx512_kernels()) tables.push_back(cpu::avx512_kernels());
+    for (const Scheme& s : kSchemes)
+        for (int64_t K : {128, 160})
+            for (bool nan : {false, true}) {
+                if (nan && s.format != QuantFormat::kFp8) continue;
+                const int64_t N = 64, M = 24;
+                const QuantProblem qp(1, K, N / 2, 2, 1, Variant{}, s, 13);
+                if (nan) static_cast<uint8_t*>(qp.problem().gate_up_proj.data)[(N + 9) * K + K - 3] = 0xff;
+                const cpu::CpuProblem cp = cpu::unpack_problem(qp.problem());
+                const cpu::WeightMat w = cp.up(1).from_row(5);  // row 4 of w holds the NaN
+                const int64_t n = N - 5 - 2;
+                std::vector<float> a(size_t(M * K)), deq(size_t(n * K)), want(size_t(M * n)), got(size_t(M * n));
+                for (size_t i = 0; i < a.size(); ++i) a[i] = float(std::sin(0.37 * double(i)));
+                std::vector<const float*> rows;
+                for (int64_t r = 0; r < M; ++r) rows.push_back(a.data() + r * K);
+                avx2->dequant(w, n, 0, K, deq.data(), K);
+                for (const cpu::KernelTable* t : tables)
+                    for (int64_t m = 1; m <= M; ++m) {
+                        const bool takes = t->stream_fused(rows.data(), m, w, n, got.data(), n);
+                        if (m > 4 && t == avx2) continue;  // the AVX2 kernel leaves these to dequant + stream
+                        ASSERT_TRUE(takes) << t->name << " " << s.name << " m=" << m;
+                        avx2->stream(rows.data(), m, cpu::WeightMat{deq.data(), DType::kF32, false, K, K}, n,
+                                     want.data(), n);
+                        int64_t differ = 0, nans = 0;
+                        for (size_t i = 0; i < size_t(m * n); ++i) {
+                            nans += std::isnan(got[i]);
+                            differ +=
+                                std::isnan(want[i]) ? !std::isnan(got[i]) : std::memcmp(&want[i], &got[i], 4) != 0;
+                        }
+                        EXPECT_EQ(differ, 0) << t->name << " " << s.name << " K=" << K << " m=" << m;
+                        EXPECT_EQ(nans, nan ? m : 0) << t->name << " " << s.name << " K=" << K << " m=" << m;
+                    }
+            }
+}
+
+// MOEX_CPU_KERNELS=scalar|avx2|avx512 (tests/CMakeLists.txt runs the quantized and determinism tests under each)
+// really selects that table where the CPU has it.
+TEST(QuantKernels, ForcedTableIsTheOneThatRuns) {
+    const char* force = std::getenv("MOEX_CPU_KERNELS");
+    if (force == nullptr) GTEST_SKIP() << "MOEX_CPU_KERNELS is not set";
+    const std::string want = force;
+    const bool here =
+        want == "scalar" || (want == "avx2" && cpu::avx2_kernels()) || (want == "avx512" && cpu::avx512_kernels());
+    if (!here) GTEST_SKIP() << "this CPU has no " << want;
+    EXPECT_EQ(std::string(cpu::kernels().name), want);
 }
 
 // End to end: the quantized experts stay close to the bf16 experts they were made from (measured rms: FP8 ~3-6%,

@@ -1,5 +1,6 @@
 // The CPU kernel table: the few inner loops that the GEMM driver (gemm.cpp) calls, in a portable scalar version
-// (kernels_scalar.cpp) and an AVX2+FMA+F16C version (*_avx2.cpp), chosen once at run time by cpuid.
+// (kernels_scalar.cpp), an AVX2+FMA+F16C version (*_avx2.cpp) and an AVX-512 one (the AVX2 table with an AVX-512
+// stream_fused, *_avx512.cpp), chosen once at run time by cpuid or forced by MOEX_CPU_KERNELS=scalar|avx2|avx512.
 // Every kernel computes each output element with a float operation order fixed by (K, layout) alone.
 #pragma once
 
@@ -41,5 +42,6 @@ struct KernelTable {
 const KernelTable& kernels();         // the best table for this CPU
 const KernelTable& scalar_kernels();  // portable (any CPU)
 const KernelTable* avx2_kernels();    // null when the CPU lacks AVX2, FMA or F16C
+const KernelTable* avx512_kernels();  // null when it also lacks AVX-512 F, BW, VL, DQ or VBMI
 
 }  // namespace moex::cpu
