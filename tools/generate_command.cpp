@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -52,6 +53,22 @@ std::string default_model() {
         if (fs::is_regular_file(installed / "config.json", ec)) return installed.lexically_normal().string();
     }
     return (fs::path(MOEX_SOURCE_DIR) / "models" / "moex-tiny-moe").string();
+}
+
+// A finite number >= lo (> lo when `open_lo`), at most `hi`: NaN and infinities never pass, and neither do the
+// negative values that mean "not given" here (a --temperature -1 used to be read as absent, so the config's
+// sampling ran instead).
+CLI::Validator finite_number(double lo, bool open_lo, double hi = INFINITY) {
+    const std::string range = std::isinf(hi) ? fmt::format("{} {}", open_lo ? ">" : ">=", lo)
+                                             : fmt::format("in {}{}, {}]", open_lo ? "(" : "[", lo, hi);
+    return CLI::Validator(
+        [=](std::string& text) -> std::string {
+            double v = 0;
+            if (!CLI::detail::lexical_cast(text, v)) return "not a number: " + text;
+            const bool ok = std::isfinite(v) && (open_lo ? v > lo : v >= lo) && v <= hi;
+            return ok ? "" : "must be a finite number " + range + ", got " + text;
+        },
+        "");
 }
 
 void run(const GenerateArgs& a) {
@@ -148,9 +165,11 @@ void add_generate_command(CLI::App& app) {
     cmd->add_option("--device", a->device, "cpu | cuda")->capture_default_str();
     cmd->add_option("--dtype", a->dtype, "f32 | bf16 (default: the checkpoint's)");
     cmd->add_option("--max-new-tokens", a->max_new_tokens, "Tokens to generate at most")->capture_default_str();
-    cmd->add_option("--temperature", a->temperature, "0 = greedy (default: generation_config.json, else greedy)");
-    cmd->add_option("--top-k", a->top_k, "Keep the k most likely tokens (0 = off)");
-    cmd->add_option("--top-p", a->top_p, "Keep the most likely tokens up to this mass (1 = off)");
+    cmd->add_option("--temperature", a->temperature, "0 = greedy (default: generation_config.json, else greedy)")
+        ->check(finite_number(0, false));
+    cmd->add_option("--top-k", a->top_k, "Keep the k most likely tokens (0 = off)")->check(finite_number(0, false));
+    cmd->add_option("--top-p", a->top_p, "Keep the most likely tokens up to this mass (1 = off)")
+        ->check(finite_number(0, true, 1));
     cmd->add_option("--seed", a->seed, "Sampling seed")->capture_default_str();
     cmd->add_option("--threads", a->threads, "CPU threads (0 = all)")->capture_default_str();
     cmd->add_option("--max-context", a->max_context, "KV-cache length (0 = the model's, capped at 32768)");

@@ -92,6 +92,8 @@ SafetensorsEntry safetensors_entry(const NamedTensor& tensor);  // checks host, 
 std::vector<uint8_t> serialize_safetensors(const std::vector<SafetensorsEntry>& tensors,
                                            const std::map<std::string, std::string>& metadata = {});
 // Writes the same image to `path` through a temporary file in the same folder, then renames it (kIo on failure).
+// `path` must be new or a regular file (a symlink to one: that file is replaced); a FIFO, device or directory is
+// refused (kIo) before anything is written.
 void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 void write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,

@@ -17,11 +17,27 @@ namespace moex::io {
 
 using OrderedJson = nlohmann::ordered_json;  // keeps file order, which sub_config_keys reports
 
-// The whole file as a string (kNotFound when it does not exist, kIo when it cannot be read).
-std::string read_text_file(const std::string& path);
+// Size limits of the JSON files a checkpoint holds, checked before a byte is read (docs/design.md, Reliability):
+// each is more than 10x the largest file of its kind on the Hugging Face hub, and small enough that parsing one
+// (nlohmann keeps ~10 bytes per byte of text) fits in memory.
+inline constexpr uint64_t kMaxConfigBytes = uint64_t(16) << 20;      // config.json, generation_config.json (~10 KB)
+inline constexpr uint64_t kMaxIndexBytes = uint64_t(256) << 20;      // model.safetensors.index.json (1T models: ~15 MB)
+inline constexpr uint64_t kMaxTokenizerBytes = uint64_t(256) << 20;  // tokenizer.json (the largest: ~35 MB)
+// Objects and arrays nest at most this deep (Hugging Face files nest under 10): deeper files are refused while
+// parsing, so nothing that walks a value (its rendering in a message, a copy) can recurse without bound.
+inline constexpr int kMaxJsonDepth = 64;
 
-// Parses `text` as a JSON object; kFormat naming `label` when it is not valid JSON or not an object.
-OrderedJson parse_json_object(const std::string& text, const std::string& label);
+// The whole of a regular file as a string, after checking its kind and size and before reading: kNotFound when it
+// does not exist, kIo when it is not a regular file (a FIFO, a device, a directory) or cannot be read, kFormat when
+// it is larger than `max_bytes`.
+std::string read_text_file(const std::string& path, uint64_t max_bytes);
+
+// Parses `text` as one JSON object, refusing what nlohmann would accept silently or could not walk safely: a NUL
+// byte (nlohmann stops reading there, so anything after it would be ignored), a key twice in one object (nlohmann
+// keeps one), nesting deeper than kMaxJsonDepth. kFormat naming `label` (and the key's object), bounded in length.
+OrderedJson parse_json_object(std::string_view text, const std::string& label);
+// The same checks for any JSON value, as nlohmann::json (tokenizer.json).
+nlohmann::json parse_json_value(std::string_view text, const std::string& label);
 
 class JsonFields {
    public:
@@ -57,7 +73,8 @@ class JsonFields {
     std::string prefix_;
 };
 
-// A short rendering of a JSON value for messages (strings quoted, long values cut).
+// A short rendering of a JSON value for messages (strings quoted, cut at 60 bytes). It never recurses and stops
+// once it has 60 bytes, so a value nested 100,000 deep or megabytes long costs no more than a short one.
 std::string json_excerpt(const OrderedJson& value);
 
 // ---- path-style checked reads: `where` is the path of `obj` ("tokenizer.json: model"), extended per field ---------

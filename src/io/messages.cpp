@@ -1,6 +1,8 @@
 // Message helpers of moex's readers (src/io/messages.h).
 #include "src/io/messages.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -32,6 +34,17 @@ std::string shape_text(const std::vector<int64_t>& shape) {
     std::string s = "(";
     for (size_t d = 0; d < shape.size(); ++d) s += (d ? ", " : "") + std::to_string(shape[d]);
     return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+std::string file_kind(mode_t mode) {
+    return S_ISDIR(mode)    ? "a directory"
+           : S_ISFIFO(mode) ? "a FIFO"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+           : S_ISSOCK(mode) ? "a socket"
+           : S_ISLNK(mode)  ? "a symlink"
+           : S_ISREG(mode)  ? "a regular file"
+                            : "not a plain file";
 }
 
 }  // namespace moex::io

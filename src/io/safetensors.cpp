@@ -113,7 +113,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     }
     if (!S_ISREG(st.st_mode)) {
         ::close(fd);
-        fail(ErrorCode::kIo, path + (S_ISDIR(st.st_mode) ? ": is a directory" : ": is not a regular file"));
+        fail(ErrorCode::kIo, path + ": is " + io::file_kind(st.st_mode) + ", not a regular file");
     }
     impl->size = uint64_t(st.st_size);
     if (impl->size >= 8) {  // smaller files are rejected by the parser without being mapped (mmap of 0 bytes fails)

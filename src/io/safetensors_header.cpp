@@ -263,6 +263,11 @@ ParsedHeader parse_safetensors(const uint8_t* data, uint64_t size, const std::st
             "header is not valid UTF-8 (byte " + std::string(hex) + " at header byte " + std::to_string(at) + ")");
     }
 
+    // nlohmann stops reading at a NUL byte, so `{...}\0<anything>` would pass; JSON allows only whitespace after the
+    // closing brace (the reference writer pads with spaces).
+    if (size_t at = text.find('\0'); at != std::string_view::npos)
+        bad(path, "header is not valid JSON: a NUL byte at header byte " + std::to_string(at) +
+                      " (only spaces, tabs and newlines may pad the object)");
     if (text.starts_with("\xef\xbb\xbf"))  // nlohmann would skip it; JSON (and the reference reader) forbid it
         bad(path, "header starts with a UTF-8 byte order mark, which JSON forbids");
     const json root = parse_json(text, path);

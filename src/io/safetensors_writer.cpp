@@ -1,11 +1,14 @@
 // The safetensors writer: checks the entries, lays tensors out like the reference writer (descending dtype, then
 // name, so every tensor is aligned to its element size), pads the header to 8 bytes and writes atomically.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -24,6 +27,28 @@ namespace {
 [[noreturn]] void too_large(const std::string& where) {
     bad(where, "the header would exceed the " + std::to_string(kSafetensorsMaxHeaderBytes) +
                    "-byte limit readers enforce (too many tensors or too much metadata)");
+}
+
+// The file a write to `path` replaces: `path` itself when it is absent or a regular file, the regular file a symlink
+// at `path` names (the link stays a link). Anything else is refused before a byte is written: the write renames a
+// temporary file into place, which would turn a FIFO or a device node into a regular file (as root, /dev/null).
+std::string write_target(const std::string& path) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) return path;  // absent (or unreachable: creating the file says why)
+    if (S_ISREG(st.st_mode)) return path;
+    if (!S_ISLNK(st.st_mode))
+        fail(ErrorCode::kIo,
+             path + ": is " + io::file_kind(st.st_mode) + "; moex writes only to a regular file or a new path");
+    if (::stat(path.c_str(), &st) != 0)
+        fail(ErrorCode::kIo,
+             path + ": is a symlink to a missing file; moex writes only to a regular file or a new path");
+    if (!S_ISREG(st.st_mode))
+        fail(ErrorCode::kIo, path + ": is a symlink to " + io::file_kind(st.st_mode) +
+                                 "; moex writes only to a regular file or a new path");
+    char resolved[PATH_MAX];
+    if (::realpath(path.c_str(), resolved) == nullptr)
+        fail(ErrorCode::kIo, path + ": cannot resolve the symlink: " + std::strerror(errno));
+    return resolved;
 }
 
 std::string json_string(std::string_view s) { return nlohmann::json(std::string(s)).dump(); }
@@ -148,8 +173,9 @@ std::vector<uint8_t> serialize_safetensors(const std::vector<SafetensorsEntry>& 
 void write_safetensors(const std::string& path, const std::vector<SafetensorsEntry>& tensors,
                        const std::map<std::string, std::string>& metadata) {
     const Plan p = plan(tensors, metadata, path);
+    const std::string target = write_target(path);
     static std::atomic<unsigned> counter{0};
-    const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+    const std::string tmp = target + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) fail(ErrorCode::kIo, path + ": cannot create " + tmp + ": " + std::strerror(errno));
     bool closed = false;
@@ -167,7 +193,7 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
         ::unlink(tmp.c_str());
         throw;
     }
-    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    if (::rename(tmp.c_str(), target.c_str()) != 0) {
         const int err = errno;
         ::unlink(tmp.c_str());
         fail(ErrorCode::kIo, path + ": cannot rename " + tmp + " into place: " + std::strerror(err));

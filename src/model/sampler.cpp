@@ -32,10 +32,17 @@ int32_t Sampler::sample(std::vector<float>& logits) {
         return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
     });
     order.resize(keep);
-    // Softmax of logits / temperature over the kept candidates, in double.
-    const double top = double(logits[size_t(order[0])]) / temperature_;
+    // Softmax of logits / temperature over the kept candidates, in double, as exp((logit - max) / temperature):
+    // dividing first overflowed for tiny temperatures (9.5 / 1e-310 = inf, inf - inf = NaN, and the draw picked the
+    // least likely token). This way every positive temperature is defined: the maxima get exp(0) = 1 (an infinite
+    // logit among them too), the rest underflow to 0 as the temperature goes to 0, so tiny ones are greedy with
+    // ties drawn evenly.
+    const double top = logits[size_t(order[0])];
     std::vector<double> p(order.size());
-    for (size_t i = 0; i < order.size(); ++i) p[i] = std::exp(double(logits[size_t(order[i])]) / temperature_ - top);
+    for (size_t i = 0; i < order.size(); ++i) {
+        const double l = logits[size_t(order[i])];
+        p[i] = l == top ? 1.0 : std::exp((l - top) / temperature_);
+    }
     double sum = std::accumulate(p.begin(), p.end(), 0.0);
     if (top_p_ < 1.0) {
         double mass = 0;

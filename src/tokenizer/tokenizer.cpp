@@ -101,17 +101,15 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
-Tokenizer Tokenizer::from_file(const std::string& path) { return from_json(io::read_text_file(path), path); }
+Tokenizer Tokenizer::from_file(const std::string& path) {
+    return from_json(io::read_text_file(path, io::kMaxTokenizerBytes), path);
+}
 
 Tokenizer Tokenizer::from_json(std::string_view json_text, std::string label) {
     auto impl = std::make_unique<Impl>();
     impl->label = std::move(label);
-    tok::Json root;
-    try {
-        root = tok::Json::parse(json_text.begin(), json_text.end());
-    } catch (const tok::Json::exception& e) {
-        fail(ErrorCode::kFormat, impl->label + ": not valid JSON: " + e.what());
-    }
+    // NUL bytes, duplicate keys and deep nesting refused, messages bounded (src/io/json_fields.h).
+    const tok::Json root = io::parse_json_value(json_text, impl->label);
     try {
         impl->parse(root);
     } catch (const tok::Json::exception& e) {  // a shape the checked readers missed: still a format error

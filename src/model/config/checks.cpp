@@ -1,6 +1,7 @@
 // Range checks of a parsed config.json, and generation_config.json's token ids and sampling defaults.
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "moex/error.h"
 #include "src/model/config/internal.h"
@@ -22,10 +23,28 @@ std::string named(const JsonFields& f, const std::string& key, int64_t value) {
     return f.field(key) + "=" + std::to_string(value);
 }
 
+// Layers are capped far above any published model (the deepest have about 130) so that the per-layer work before
+// the first tensor is checked stays small: a 7 KB config.json claiming 2^31 layers kept a scan over them busy for
+// minutes. Real layer counts are then confirmed by the checkpoint's tensors (every one must be used).
+constexpr int64_t kMaxLayers = 4096;
+
+// In O(|mlp_only_layers|), not one is_moe_layer per layer: with decoder_sparse_step > 1 layer 0 is dense, else the
+// dense layers are exactly mlp_only_layers (checked to lie in range and be distinct).
 bool has_dense_layer(const ModelConfig& c) {
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-        if (!c.is_moe_layer(l)) return true;
-    return false;
+    if (c.num_experts <= 0 || c.decoder_sparse_step != 1) return true;
+    return !c.mlp_only_layers.empty();
+}
+
+void check_mlp_only_layers(const ModelConfig& c, const JsonFields& f) {
+    std::vector<bool> seen(size_t(c.num_hidden_layers), false);
+    for (int64_t l : c.mlp_only_layers) {
+        MOEX_REQUIRE(l >= 0 && l < c.num_hidden_layers, ErrorCode::kFormat,
+                     f.where("mlp_only_layers") + " names layer " + std::to_string(l) + ", outside the " +
+                         named(f, "num_hidden_layers", c.num_hidden_layers) + " layers");
+        MOEX_REQUIRE(!seen[size_t(l)], ErrorCode::kFormat,
+                     f.where("mlp_only_layers") + " names layer " + std::to_string(l) + " twice");
+        seen[size_t(l)] = true;
+    }
 }
 
 }  // namespace
@@ -45,6 +64,9 @@ void check_model_config(const ModelConfig& c, const JsonFields& f) {
     require_size(f, "vocab_size", c.vocab_size);
     require_size(f, "hidden_size", c.hidden_size);
     require_size(f, "num_hidden_layers", c.num_hidden_layers);
+    MOEX_REQUIRE(c.num_hidden_layers <= kMaxLayers, ErrorCode::kFormat,
+                 f.where("num_hidden_layers") + " is " + std::to_string(c.num_hidden_layers) + "; moex loads at most " +
+                     std::to_string(kMaxLayers) + " layers (the deepest published models have about 130)");
     require_size(f, "num_attention_heads", c.num_attention_heads);
     require_size(f, "num_key_value_heads", c.num_key_value_heads);
     require_size(f, "head_dim", c.head_dim);
@@ -53,6 +75,7 @@ void check_model_config(const ModelConfig& c, const JsonFields& f) {
     require_size(f, "num_experts_per_tok", c.num_experts_per_tok);
     require_size(f, "max_position_embeddings", c.max_position_embeddings);
     require_size(f, "decoder_sparse_step", c.decoder_sparse_step);
+    check_mlp_only_layers(c, f);
     if (has_dense_layer(c)) require_size(f, "intermediate_size", c.intermediate_size);
     if (c.shared_expert_intermediate_size != 0)
         require_size(f, "shared_expert_intermediate_size", c.shared_expert_intermediate_size);

@@ -239,13 +239,18 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
 
 ModelConfig load_model_config(const std::string& dir) {
     namespace fs = std::filesystem;
+    // Absent is told apart from present-but-unreadable: a FIFO or a directory named config.json is not "missing",
+    // and read_text_file refuses it by kind (a FIFO would block a plain read forever).
+    auto absent = [](const fs::path& p) {
+        std::error_code ec;
+        return fs::symlink_status(p, ec).type() == fs::file_type::not_found;
+    };
     const fs::path config_path = fs::path(dir) / "config.json";
-    std::error_code ec;
-    if (!fs::is_regular_file(config_path, ec))
+    if (absent(config_path))
         fail(ErrorCode::kNotFound, config_path.string() + ": not found (a checkpoint directory needs config.json)");
-    const std::string config_text = model::read_text_file(config_path.string());
+    const std::string config_text = model::read_text_file(config_path.string(), io::kMaxConfigBytes);
     const fs::path gen_path = fs::path(dir) / "generation_config.json";
-    const std::string gen_text = fs::is_regular_file(gen_path, ec) ? model::read_text_file(gen_path.string()) : "";
+    const std::string gen_text = absent(gen_path) ? "" : model::read_text_file(gen_path.string(), io::kMaxConfigBytes);
     return parse_model_config(config_text, gen_text, config_path.string());
 }
 

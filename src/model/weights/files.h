@@ -1,12 +1,14 @@
 // The safetensors files of a checkpoint directory: model.safetensors, or the shards that
 // model.safetensors.index.json maps tensor names to. Shards are memory-mapped on first use; every shard path is
-// checked to stay inside the directory before anything is opened.
+// checked to stay inside the directory before anything is opened, and every file to resolve inside it (symlinks
+// too, save the Hugging Face cache's snapshot -> blob links). An opened shard must agree with the index.
 #pragma once
 
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "moex/safetensors.h"
 
@@ -26,6 +28,10 @@ class CheckpointFiles {
     // for: kNotFound naming a missing shard file, kFormat when the shard lacks a tensor the index maps to it.
     std::optional<Found> find(const std::string& name);
 
+    // Every tensor name of the checkpoint. With an index, every shard is opened first and checked against it (each
+    // listed tensor present, none unlisted or listed for another shard).
+    std::vector<std::string> all_names();
+
     // What was searched, for "not found" messages: "DIR/model.safetensors" or "DIR/model.safetensors.index.json
     // and its 3 shards".
     std::string searched() const;
@@ -43,5 +49,9 @@ class CheckpointFiles {
 
 // Checks one shard path of an index: relative, no "..", no control characters (kInvalidArgument otherwise).
 void check_shard_path(const std::string& index_path, const std::string& relative);
+
+// kInvalidArgument unless `file` (in checkpoint directory `dir`) resolves inside `dir`, or `dir` is a Hugging Face
+// cache snapshot (.../snapshots/<rev>[/sub]) and `file` resolves into that cache entry's blobs/ folder.
+void check_resolves_inside(const std::string& dir, const std::string& file);
 
 }  // namespace moex::model

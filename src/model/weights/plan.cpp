@@ -8,6 +8,7 @@
 #include "src/io/messages.h"
 #include "src/model/config/internal.h"
 #include "src/model/weights/tensor.h"
+#include "src/model/weights/unused.h"
 
 namespace moex::model {
 
@@ -313,6 +314,7 @@ LoadPlan Planner::run() {
         if (head.empty()) missing({kLmHeadNames[0], kLmHeadNames[1]});
         single(top(&ModelWeights::lm_head), head, {{f("vocab_size", c_.vocab_size)}, H()});
     }
+    check_every_tensor_used(files_, plan_, c_, prefix);
     return std::move(plan_);
 }
 
