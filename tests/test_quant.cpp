@@ -431,6 +431,49 @@ TEST(QuantKernels, FusedStreamMatchesDequantizedStreamBitwise) {
             }
 }
 
+// FP4 weights against activations that are all bf16 values take vdpbf16ps on AVX512_BF16 CPUs: codes times
+// activations summed per scale group, then scaled (stream_fused_avx512.cpp). Each output is within 1e-5 of the float64
+// dot product on the dequantized weights (relative to Σ|w·a|) and has the same bits whatever the number of rows.
+TEST(QuantKernels, Fp4Bf16DotMatchesFloat64AndIsRowCountInvariant) {
+    const cpu::KernelTable* t = cpu::avx512_kernels();
+    if (!t || !__builtin_cpu_supports("avx512bf16")) GTEST_SKIP() << "this CPU has no AVX-512 BF16";
+    for (const Scheme& s : kSchemes) {
+        if (s.format == QuantFormat::kFp8) continue;
+        const int64_t K = 160, N = 64, M = 24, n = N - 5 - 2;
+        const QuantProblem qp(1, K, N / 2, 2, 1, Variant{}, s, 17);
+        const cpu::CpuProblem cp = cpu::unpack_problem(qp.problem());
+        const cpu::WeightMat w = cp.up(1).from_row(5);
+        std::vector<float> a(size_t(M * K)), deq(size_t(n * K)), one(static_cast<size_t>(n)), got(size_t(M * n));
+        for (size_t i = 0; i < a.size(); ++i) a[i] = bf16_to_f32(f32_to_bf16(float(std::sin(0.37 * double(i)))));
+        std::vector<const float*> rows;
+        for (int64_t r = 0; r < M; ++r) rows.push_back(a.data() + r * K);
+        cpu::scalar_kernels().dequant(w, n, 0, K, deq.data(), K);
+        for (int64_t m = 1; m <= M; ++m) {
+            ASSERT_TRUE(t->stream_fused(rows.data(), m, w, n, got.data(), n)) << s.name << " m=" << m;
+            for (int64_t r = 0; r < m; ++r) {
+                ASSERT_TRUE(t->stream_fused(rows.data() + r, 1, w, n, one.data(), n));
+                EXPECT_EQ(std::memcmp(one.data(), got.data() + r * n, size_t(n) * 4), 0) << s.name << " m=" << m;
+                for (int64_t j = 0; j < n; ++j) {
+                    double ref = 0, mag = 0;
+                    for (int64_t k = 0; k < K; ++k) {
+                        const double p = double(deq[size_t(j * K + k)]) * double(a[size_t(r * K + k)]);
+                        ref += p, mag += std::fabs(p);
+                    }
+                    EXPECT_NEAR(double(got[size_t(r * n + j)]), ref, 1e-5 * mag + 1e-30) << s.name << " j=" << j;
+                }
+            }
+        }
+        // The path ran: NVFP4's weights round when dequantized (e4m3 scale times the global), so the dequantized-
+        // weight stream differs somewhere in 24 x 57 outputs. (MXFP4's power-of-two scales and these 10-bit products
+        // leave both sums exact.)
+        if (s.format != QuantFormat::kNvfp4) continue;
+        std::vector<float> f32(size_t(M * n));
+        cpu::avx2_kernels()->stream(rows.data(), M, cpu::WeightMat{deq.data(), DType::kF32, false, K, K}, n, f32.data(),
+                                    n);
+        EXPECT_NE(std::memcmp(f32.data(), got.data(), f32.size() * 4), 0) << s.name;
+    }
+}
+
 // MOEX_CPU_KERNELS=scalar|avx2|avx512 (tests/CMakeLists.txt runs the quantized and determinism tests under each)
 // really selects that table where the CPU has it.
 TEST(QuantKernels, ForcedTableIsTheOneThatRuns) {
