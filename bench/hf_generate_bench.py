@@ -17,8 +17,12 @@ Settings (CUDA):
               torch.compile(forward, mode=--prefill-compile-mode) in grouped_mm ("none": not compiled).
   moex, moex_grouped_mm, moex_batched_mm, ...   moex's backends inside transformers (import moex_experts.transformers):
               no switch (transformers rewrites only "grouped_mm"; "moex" picks its kernel per call).
-  moex-compiled  "moex" with the compiled setting's decode (static cache, reduce-overhead: moex's kernels replayed in
-              CUDA graphs); the prefill plain (moex's experts are one opaque op either way).
+  moex-compiled  "moex" in the compiled setting: decode with static cache and reduce-overhead (moex's kernels replayed
+              in CUDA graphs), prefill through torch.compile(forward, mode=--prefill-compile-mode) (moex's experts
+              stay one opaque op; inductor fuses and tunes the rest as it does for transformers).
+  zero-compiled  the compiled setting with the experts replaced by a function that returns zeros (routing, attention,
+              norms, lm_head unchanged): the time of everything but the experts, so that each setting's experts
+              share is measured, 1 - t(zero-compiled) / t(setting), and printed beside it.
 Prefill: model(prompt, logits_to_keep=1) as generate's prefill does, CUDA-synchronised, median of --reps.
 Decode: greedy with EOS disabled; (median time of generate(1 + new tokens) - median time of generate(1)) / new tokens.
 On the CPU (--cpu) nothing switches and nothing is compiled; the default settings are grouped_mm and batched_mm.
@@ -63,6 +67,18 @@ def prompt_ids(model_dir, config, n, device):
     return torch.randint(0, limit, (1, n), generator=gen).to(device)
 
 
+ZERO_EXPERTS = "bench_zero_experts"
+
+
+def register_zero_experts():
+    """An experts function that does no work (zeros of the output's shape), registered in transformers' interface."""
+    from transformers.integrations.moe import ExpertsInterface
+
+    def zero_experts(self, hidden_states, top_k_index, top_k_weights):
+        return torch.zeros_like(hidden_states)
+    ExpertsInterface.register(ZERO_EXPERTS, zero_experts)
+
+
 class Bench:
     def __init__(self, model, ids, args, device):
         self.model, self.ids, self.args, self.device = model, ids, args, device
@@ -94,28 +110,32 @@ class Bench:
         first = self.generate_seconds(1, warmup, **kwargs)
         return n / max(full - first, 1e-9)
 
+    def compiled(self, experts, decode_experts):
+        """The compiled setting with `experts` in the prefill and `decode_experts` in the decode loop."""
+        a = self.args
+        if self.device != "cuda":
+            raise RuntimeError("the compiled (CUDA graphs) setting needs CUDA")
+        self.model.set_experts_implementation(experts)
+        forward = None
+        if a.prefill_compile_mode != "none":
+            torch._dynamo.reset()  # a fresh graph per setting: the experts function is part of it
+            forward = torch.compile(self.model.forward, mode=a.prefill_compile_mode, dynamic=False)
+        prefill_s = self.prefill(forward)
+        tok_s = self.decode(max(a.warmup, 3), cache_implementation="static",
+                            compile_config=CompileConfig(mode="reduce-overhead"))
+        note = (f"prefill {experts} compiled ({a.prefill_compile_mode}); decode {decode_experts}, static cache, "
+                "reduce-overhead (CUDA graphs)")
+        return prefill_s, tok_s, note
+
     def run(self, setting):
         a, on_cuda = self.args, self.device == "cuda"
         if setting == "moex-compiled":
-            if not on_cuda:
-                raise RuntimeError("the compiled (CUDA graphs) setting needs CUDA")
-            self.model.set_experts_implementation("moex")
-            prefill_s = self.prefill()
-            tok_s = self.decode(max(a.warmup, 3), cache_implementation="static",
-                                compile_config=CompileConfig(mode="reduce-overhead"))
-            note = "prefill moex; decode moex, static cache, reduce-overhead (CUDA graphs)"
+            prefill_s, tok_s, note = self.compiled("moex", "moex")
         elif setting == "compiled":
-            if not on_cuda:
-                raise RuntimeError("the compiled (CUDA graphs) setting needs CUDA")
-            self.model.set_experts_implementation("grouped_mm")
-            forward = None
-            if a.prefill_compile_mode != "none":
-                forward = torch.compile(self.model.forward, mode=a.prefill_compile_mode, dynamic=False)
-            prefill_s = self.prefill(forward)
-            tok_s = self.decode(max(a.warmup, 3), cache_implementation="static",
-                                compile_config=CompileConfig(mode="reduce-overhead"))
-            note = (f"prefill grouped_mm compiled ({a.prefill_compile_mode}); decode batched_mm, static cache, "
-                    "reduce-overhead (CUDA graphs)")
+            prefill_s, tok_s, note = self.compiled("grouped_mm", "batched_mm")
+        elif setting == "zero-compiled":
+            register_zero_experts()
+            prefill_s, tok_s, note = self.compiled(ZERO_EXPERTS, ZERO_EXPERTS)
         else:
             self.model.set_experts_implementation(setting)
             prefill_s = self.prefill()
@@ -178,13 +198,28 @@ def main():
     print_table(rows)
 
 
+def experts_shares(rows):
+    """Each row's experts share of prefill and decode time, 1 - t(zero-compiled) / t(row), where both were run."""
+    zero = next((r for r in rows if r["setting"] == "zero-compiled" and not r.get("error")), None)
+    for r in rows:
+        for phase in ("prefill", "decode"):
+            if zero and r is not zero and r[f"{phase}_tok_s"] and zero[f"{phase}_tok_s"]:
+                r[f"{phase}_experts_share"] = round(1 - r[f"{phase}_tok_s"] / zero[f"{phase}_tok_s"], 3)
+
+
 def print_table(rows):
+    experts_shares(rows)
+
     def num(v):
         return "-" if v is None else f"{v:,.1f}"
-    lines = [f"{'setting':<12} {'prefill tok/s':>14} {'decode tok/s':>13}  note",
-             f"{'-' * 12} {'-' * 14} {'-' * 13}  {'-' * 4}"]
+
+    def share(v):
+        return "-" if v is None else f"{100 * v:.0f}%"
+    lines = [f"{'setting':<14} {'prefill tok/s':>14} {'experts':>8} {'decode tok/s':>13} {'experts':>8}  note",
+             f"{'-' * 14} {'-' * 14} {'-' * 8} {'-' * 13} {'-' * 8}  {'-' * 4}"]
     for r in rows:
-        lines.append(f"{r['setting']:<12} {num(r['prefill_tok_s']):>14} {num(r['decode_tok_s']):>13}  "
+        lines.append(f"{r['setting']:<14} {num(r['prefill_tok_s']):>14} {share(r.get('prefill_experts_share')):>8} "
+                     f"{num(r['decode_tok_s']):>13} {share(r.get('decode_experts_share')):>8}  "
                      f"{r.get('error') or r.get('note', '')}")
     print("\n".join(lines), file=sys.stderr)
 

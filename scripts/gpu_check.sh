@@ -7,6 +7,7 @@
 # after/before. Logs go to $OUT (default build-gpu/gpu-check).
 # Usage: bash scripts/gpu_check.sh [--steps env,configure,build,cuda,sass,bench,compare,sanitizer,portable]
 # Env: OUT, BUILD_DIR (build-gpu), JOBS (16), BUDGET_S (560), BENCH_ARGS (extra `moex bench` arguments),
+#      CMAKE_ARGS (extra configure arguments, e.g. "-DMOEX_PYTHON=ON -DPython_EXECUTABLE=$(command -v python3)"),
 #      BEFORE, COMPARE_ARGS, MOEX_DEPS (the dependencies from scripts/pack_deps.sh, default .deps).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -41,7 +42,9 @@ fi
 
 if want configure; then
     mapfile -t deps < <(deps_cmake_args)
-    box configure 180 "$OUT/configure.log" cmake --preset gpu -B "$BUILD" "-DCMAKE_CUDA_COMPILER=$(command -v nvcc)" "${deps[@]}"
+    read -ra extra <<<"${CMAKE_ARGS:-}"
+    box configure 180 "$OUT/configure.log" cmake --preset gpu -B "$BUILD" "-DCMAKE_CUDA_COMPILER=$(command -v nvcc)" \
+        "${deps[@]}" "${extra[@]}"
     rc=$?
     if ((rc == 0)); then record configure OK "preset gpu, ${#deps[@]} dependency paths from .deps"
     elif ((rc != 125)); then fail_step configure "$(grep -m3 -E 'Error|error|Could not find' "$OUT/configure.log" | tr '\n' ' ' | cut -c1-300)"; fi

@@ -4,6 +4,7 @@
 // moex/quant.h's f32_to_fp8e4m3.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
 #include <cstdint>
@@ -80,6 +81,23 @@ __device__ __forceinline__ void e4m3x4_to_f32(uint32_t w, float* v) {
 __device__ __forceinline__ void e2m1x8_to_f32(uint32_t w, float sc, float* v) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) v[i] = e2m1_to_f32(w >> (4 * i)) * sc;
+}
+
+// Eight e2m1 codes (one word, lowest nibble first) times `fold` as four bf16 pairs, with integer ops and two bf16x2
+// multiplies instead of eight float decodes and four packs: a code's sign and 3 magnitude bits placed as a bf16's
+// sign, 2 low exponent bits and top mantissa bit give code * 2^-126 exactly (magnitude 1 (0.5) is the subnormal
+// 2^-127), so * 2^126 is the code and * fold rounds code * fold once, as the float path's single rounding does.
+__device__ __forceinline__ uint4 e2m1x8_to_bf16(uint32_t w, __nv_bfloat162 fold) {
+    const __nv_bfloat162 unbias = __floats2bfloat162_rn(0x1p126f, 0x1p126f);
+    uint32_t r[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const uint32_t b = w >> (8 * j);  // codes 2j (bits 0-3) and 2j + 1 (bits 4-7)
+        uint32_t bits = ((b & 0x7u) << 6) | ((b & 0x8u) << 12) | ((b & 0x70u) << 18) | ((b & 0x80u) << 24);
+        __nv_bfloat162 v = __hmul2(__hmul2(*reinterpret_cast<__nv_bfloat162*>(&bits), unbias), fold);
+        r[j] = *reinterpret_cast<uint32_t*>(&v);
+    }
+    return {r[0], r[1], r[2], r[3]};
 }
 
 // Eight weights (e, r, c0 .. c0 + 7) of the K-major row `row` (bytes of expert e, row r) as code * fold_scale, in f32

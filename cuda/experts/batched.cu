@@ -74,9 +74,9 @@ using batched::Proj;
 using batched::ProjArgs;
 using batched::ProjConfig;
 
-template <class T, Loop kLoop, int RT, int NT, int V, bool kQuant>
+template <class T, Loop kLoop, int RT, int NT, int V, bool kQuant, bool kF8 = false>
 void launch_kernel(const ProjArgs& a, const ProjConfig& c, dim3 grid, cudaStream_t stream) {
-    auto kernel = batched::batched_proj_kernel<T, kLoop, RT, NT, V, kQuant>;
+    auto kernel = batched::batched_proj_kernel<T, kLoop, RT, NT, V, kQuant, kF8>;
     allow_dynamic_smem(kernel, c.smem);
     if (!pdl_enabled()) {  // programmatic dependent launch hides the launch gap between the chain's kernels
         kernel<<<grid, batched::kThreads, c.smem, stream>>>(a);
@@ -97,14 +97,14 @@ void launch_kernel(const ProjArgs& a, const ProjConfig& c, dim3 grid, cudaStream
 }
 
 // kMma: V 16-byte vectors per thread and k step (quantized codes: V = 2 for e4m3, 4 for e2m1 when K and the
-// promotion slice allow, so that each load is 16 bytes as in the bf16 loop).
-template <class T, bool kQuant, int V>
+// promotion slice allow, so that each load is 16 bytes as in the bf16 loop; kF8: e4m3 activations too, FP8 MMAs).
+template <class T, bool kQuant, int V, bool kF8 = false>
 void launch_mma(const ProjArgs& a, const ProjConfig& c, dim3 grid, cudaStream_t s) {
     switch (c.nt) {
-        case 1: return launch_kernel<T, Loop::kMma, 2, 1, V, kQuant>(a, c, grid, s);
-        case 2: return launch_kernel<T, Loop::kMma, 2, 2, V, kQuant>(a, c, grid, s);
-        case 4: return launch_kernel<T, Loop::kMma, 2, 4, V, kQuant>(a, c, grid, s);
-        default: return launch_kernel<T, Loop::kMma, 1, 8, V, kQuant>(a, c, grid, s);
+        case 1: return launch_kernel<T, Loop::kMma, 2, 1, V, kQuant, kF8>(a, c, grid, s);
+        case 2: return launch_kernel<T, Loop::kMma, 2, 2, V, kQuant, kF8>(a, c, grid, s);
+        case 4: return launch_kernel<T, Loop::kMma, 2, 4, V, kQuant, kF8>(a, c, grid, s);
+        default: return launch_kernel<T, Loop::kMma, 1, 8, V, kQuant, kF8>(a, c, grid, s);
     }
 }
 
@@ -121,6 +121,7 @@ void launch_proj_as(const ProjArgs& a, const ProjConfig& c, dim3 grid, cudaStrea
     if constexpr (sizeof(T) == 2) {
         if (c.loop == Loop::kMma) {
             if constexpr (kQuant) {
+                if (a.x_e4m3) return launch_mma<T, true, 2, true>(a, c, grid, s);  // the pipeline checked fp8_mma
                 switch (quant_vectors(a.scales, a.K)) {
                     case 2: return launch_mma<T, true, 2>(a, c, grid, s);
                     case 4: return launch_mma<T, true, 4>(a, c, grid, s);
@@ -164,6 +165,16 @@ Loop pick_loop(DType dt, bool n_major, int64_t R, int64_t K, bool gate_concat, c
     return Loop::kGeneric;
 }
 
+// FP8 weights with e4m3 activations on the FP8 MMAs: K-major mma loop with 16-code loads (quant_vectors 2);
+// MOEX_BATCHED_FP8_MMA=0 keeps the 16-bit MMAs on decoded codes (A/B timing).
+bool fp8_mma(const WeightScales& w, Loop loop, int64_t K) {
+    static const bool enabled = [] {
+        const char* env = std::getenv("MOEX_BATCHED_FP8_MMA");
+        return env == nullptr || std::strcmp(env, "0") != 0;
+    }();
+    return enabled && w.format == QuantFormat::kFp8 && loop == Loop::kMma && quant_vectors(w, K) == 2;
+}
+
 }  // namespace
 
 void run_batched(const ExpertsArgs& a, cudaStream_t stream) {
@@ -196,8 +207,12 @@ void run_batched(const ExpertsArgs& a, cudaStream_t stream) {
     // Quantized activations: x rounded per token (dynamic) or per slot with its expert's scale (static).
     const bool quant_x = quantizes_activations(a), per_slot = a.act_quant.mode == ActivationQuant::kStatic;
     const int64_t x_rows = per_slot ? S : a.T;
-    const size_t x_quant = quant_x ? ws.reserve(size_t(x_rows) * size_t(a.H) * esize) : 0;
     const bool codes = activation_codes(a);  // 16-bit kernels: codes + per-slice scales
+    // FP8 weights whose projection runs the mma loop with 16-code loads take e4m3 activation bytes (FP8 MMAs).
+    const bool f8_up = codes && fp8_mma(a.gate_up_scales, up_loop, a.H);
+    const bool f8_down = codes && fp8_mma(a.down_scales, down_loop, a.I);
+    const size_t x_quant = quant_x ? ws.reserve(size_t(x_rows) * size_t(a.H) * (f8_up ? 1 : esize)) : 0;
+    const size_t h_e4m3 = f8_down ? ws.reserve(size_t(S) * size_t(a.I)) : 0;  // h as codes for the down MMAs
     const size_t x_scales = codes ? ws.reserve_n<float>(x_rows * act_slices(a, true)) : 0;
     const size_t h_scales = codes ? ws.reserve_n<float>(S * act_slices(a, false)) : 0;
     ws.allocate();
@@ -208,6 +223,7 @@ void run_batched(const ExpertsArgs& a, cudaStream_t stream) {
         ActQuantArgs q = act_quant_args(a, true, a.hidden_states, ws.at<void>(x_quant), x_rows, per_slot ? a.k : 1);
         if (per_slot) q.ids = a.top_k_index;
         if (codes) q.scale_out = ws.at<float>(x_scales);
+        q.dst_e4m3 = f8_up;
         launch_act_quant(q, stream);
     }
 
@@ -239,17 +255,22 @@ void run_batched(const ExpertsArgs& a, cudaStream_t stream) {
                       .ids_i64 = false,
                       .T = 0,
                       .k = 0,
-                      .ks = cu.ks};
+                      .ks = cu.ks,
+                      .x_e4m3 = f8_up};
     launch_proj(up, cu, rb.tiles_bound, a.dtype, stream);
-    if (quant_x) {  // h (S, I) rounded in place, each slot row with its expert (sentinel slots are never written)
-        ActQuantArgs q = act_quant_args(a, false, ws.at<void>(h_rows), ws.at<void>(h_rows), S, 1);
+    if (quant_x) {  // h (S, I) rounded (in place, or into e4m3 bytes), each slot row with its expert (sentinel
+                    // slots are never written)
+        void* h_dst = f8_down ? ws.at<void>(h_e4m3) : ws.at<void>(h_rows);
+        ActQuantArgs q = act_quant_args(a, false, ws.at<void>(h_rows), h_dst, S, 1);
         q.ids = a.top_k_index;
         if (codes) q.scale_out = ws.at<float>(h_scales);
+        q.dst_e4m3 = f8_down;
         launch_act_quant(q, stream);
     }
 
     ProjArgs down = up;
-    down.W = a.down_proj, down.bias = a.down_bias, down.X = ws.at<void>(h_rows), down.out = ws.at<void>(y_rows);
+    down.W = a.down_proj, down.bias = a.down_bias, down.out = ws.at<void>(y_rows);
+    down.X = f8_down ? ws.at<void>(h_e4m3) : ws.at<void>(h_rows), down.x_e4m3 = f8_down;
     down.R = a.H, down.K = a.I, down.out_cols = a.H, down.x_div = 1, down.proj = Proj::kDown;
     down.weights = a.top_k_weights, down.weights_f32 = a.weights_f32, down.ks = cd.ks, down.scales = a.down_scales;
     down.x_scales = codes ? ws.at<float>(h_scales) : nullptr;

@@ -46,6 +46,20 @@ __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1
     }
 }
 
+// The FP8 form of the same trick: one m16n8k32 e4m3 MMA takes 8 codes of each operand per thread (registers 0/2 of
+// row g, 1/3 of row g+8, the token's 0/1), so a 16-byte load of 16 codes per row feeds two of them as it feeds two
+// m16n8k16 MMAs with 8 bf16 values. Hopper has FP8 tensor cores only through wgmma: ptxas lowers this to one
+// F2FP e4m3x2 -> f16x2 unpack per two codes and two f16 HMMAs (exact: codes are exact in f16), a third of the
+// conversion instructions of decoding codes to bf16 in the load (SASS of the fp8 instances: 148 vs 412).
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 // Logical weight row j of a CTA covering `bw` rows -> physical row, -1 when out of range.
 // Down / ungated: first + j. Gated, concatenated: j < bw/2 -> gate channel c0 + j (row c0 + j), else up channel
 // c0 + j - bw/2 (row I + channel). Gated, interleaved: row 2 c0 + j (gate even, up odd). first = c0 when gated.
@@ -76,28 +90,39 @@ template <class T, int V>
 __device__ __forceinline__ void decode16(const WeightScales& s, uint4 raw, int64_t e, int64_t p, int64_t k,
                                          uint4 (&out)[V]) {
     const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+    float fold = 1.0f;
 #pragma unroll
     for (int v = 0; v < V; ++v) {
+        if constexpr (V == 4) {  // e2m1: word v holds weights 8v .. 8v + 7; FP4 scale blocks are >= 16 along K
+            if (v % 2 == 0) fold = fold_scale(s, e, p, k + 8 * v);
+            if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+                out[v] = e2m1x8_to_bf16(w[v], __float2bfloat162_rn(fold));
+                continue;
+            }
+        }
         float f[8];
         if constexpr (V == 2)  // e4m3: bytes 8v .. 8v + 7
             e4m3x4_to_f32(w[2 * v], f), e4m3x4_to_f32(w[2 * v + 1], f + 4);
-        else  // e2m1: word v holds weights 8v .. 8v + 7
-            e2m1x8_to_f32(w[v], fold_scale(s, e, p, k + 8 * v), f);
+        else
+            e2m1x8_to_f32(w[v], fold, f);
         out[v] = pack8<T>(f);
     }
 }
 
 // ---- main loop 1: mma.sync, K-major weights (kQuant: codes decoded in the load). Partial sums ->
 // sacc[ks][row][token] (pitch mc + 1). V: 16-byte vectors of T per thread and k step (V > 1: quantized codes, one
-// 16-byte load of 8V codes feeds V vectors, and a k step is 32V deep).
-template <class T, int RT, int NT, bool kQuant, int V>
+// 16-byte load of 8V codes feeds V vectors, and a k step is 32V deep). kF8 (V = 2, a.x_e4m3): e4m3 weights and
+// activations straight into the FP8 MMA, the same 16 codes per thread and k step.
+template <class T, int RT, int NT, bool kQuant, int V, bool kF8>
 __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, const RowMap& map, float* sacc, int bw) {
+    static_assert(!kF8 || (kQuant && V == 2), "the FP8 MMA loop reads 16 e4m3 codes per thread and k step");
+    constexpr int64_t kXBytes = kF8 ? 1 : sizeof(T);  // bytes of one X element
     constexpr int kMc = 8 * NT;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, q = lane & 3;
     const int rg_count = 8 / a.ks, rg = warp % rg_count, ks = warp / rg_count;
     const T* W = static_cast<const T*>(a.W) + int64_t(tile.e) * a.R * a.K;
-    const T* X = static_cast<const T*>(a.X);
+    const char* X = static_cast<const char*>(a.X);
     const int64_t row_bytes = quant_row_bytes(a.scales.format, a.K);
 
     const T* wp[RT][2];
@@ -118,11 +143,12 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
                 wp[t][h] = p >= 0 ? W + p * a.K + 8 * q : nullptr;
             }
         }
-    const T* xp[NT];
+    const char* xp[NT];  // this thread's first X element of token 8c + g, as bytes
 #pragma unroll
     for (int c = 0; c < NT; ++c) {
         const int i = 8 * c + g;
-        xp[c] = i < tile.nrows ? X + int64_t(a.row_slot[tile.row0 + i] / a.x_div) * a.K + 8 * V * q : nullptr;
+        xp[c] =
+            i < tile.nrows ? X + (int64_t(a.row_slot[tile.row0 + i] / a.x_div) * a.K + 8 * V * q) * kXBytes : nullptr;
     }
     float acc[RT][NT][4];
 #pragma unroll
@@ -186,7 +212,9 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
                 for (int h = 0; h < 2; ++h) {
                     const int64_t kk = k + 32 * V * u + 8 * V * q;  // this thread's first weight of the step
                     const bool ok = wp[t][h] != nullptr && (!kGuard || kk < k_end);
-                    if constexpr (kQuant && V > 1) {
+                    if constexpr (kF8) {
+                        wv[u][t][h][0] = ok ? ld_stream16<true>(wq[t][h] + kk) : zero;
+                    } else if constexpr (kQuant && V > 1) {
                         const int64_t byte = a.scales.format == QuantFormat::kFp8 ? kk : kk / 2;
                         const uint4 raw = ok ? ld_stream16<true>(wq[t][h] + byte) : zero;
                         decode16<T, V>(a.scales, raw, tile.e, wrow[t][h] < 0 ? 0 : wrow[t][h], kk, wv[u][t][h]);
@@ -202,15 +230,27 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
             for (int c = 0; c < NT; ++c) {
                 if (8 * c >= tile.nrows) continue;  // CTA-uniform: no MMA for empty token groups
                 const bool ok = xp[c] != nullptr && (!kGuard || k + 32 * V * u + 8 * V * q < k_end);
-#pragma unroll
-                for (int v = 0; v < V; ++v) {
-                    const uint4 xv = ok ? __ldg(reinterpret_cast<const uint4*>(xp[c] + k + 32 * V * u + 8 * v)) : zero;
+                if constexpr (kF8) {  // 16 codes of token 8c + g: two FP8 MMAs per weight row pair
+                    const uint4 xv = ok ? __ldg(reinterpret_cast<const uint4*>(xp[c] + k + 64 * u)) : zero;
 #pragma unroll
                     for (int t = 0; t < RT; ++t) {
-                        float(&d)[4] = kQuant ? tmp[kQuant ? t : 0][kQuant ? c : 0] : acc[t][c];
-                        const uint4 &w0 = wv[u][t][0][v], &w1 = wv[u][t][1][v];
-                        mma16816<T>(d, w0.x, w1.x, w0.y, w1.y, xv.x, xv.y);
-                        mma16816<T>(d, w0.z, w1.z, w0.w, w1.w, xv.z, xv.w);
+                        const uint4 &w0 = wv[u][t][0][0], &w1 = wv[u][t][1][0];
+                        mma_e4m3(tmp[t][c], w0.x, w1.x, w0.y, w1.y, xv.x, xv.y);
+                        mma_e4m3(tmp[t][c], w0.z, w1.z, w0.w, w1.w, xv.z, xv.w);
+                    }
+                } else {
+#pragma unroll
+                    for (int v = 0; v < V; ++v) {
+                        const uint4 xv =
+                            ok ? __ldg(reinterpret_cast<const uint4*>(xp[c] + (k + 32 * V * u + 8 * v) * kXBytes))
+                               : zero;
+#pragma unroll
+                        for (int t = 0; t < RT; ++t) {
+                            float(&d)[4] = kQuant ? tmp[kQuant ? t : 0][kQuant ? c : 0] : acc[t][c];
+                            const uint4 &w0 = wv[u][t][0][v], &w1 = wv[u][t][1][v];
+                            mma16816<T>(d, w0.x, w1.x, w0.y, w1.y, xv.x, xv.y);
+                            mma16816<T>(d, w0.z, w1.z, w0.w, w1.w, xv.z, xv.w);
+                        }
                     }
                 }
             }
@@ -380,7 +420,7 @@ __device__ void fused_combine(const ProjArgs& a, int64_t n0, int bw) {
 }
 
 // Grid: x = tiles (tiles_bound; those >= *num_tiles only arrive), y = blocks of bw logical weight rows.
-template <class T, Loop kLoop, int RT, int NT, int V, bool kQuant>
+template <class T, Loop kLoop, int RT, int NT, int V, bool kQuant, bool kF8 = false>
 __global__ void __launch_bounds__(kThreads, 2) batched_proj_kernel(const __grid_constant__ ProjArgs a) {
     // Programmatic dependent launch: this grid may start while the previous kernel finishes; wait for its results
     // here, then let the next projection's CTAs be scheduled as ours retire (both are no-ops without PDL).
@@ -397,7 +437,7 @@ __global__ void __launch_bounds__(kThreads, 2) batched_proj_kernel(const __grid_
     if (w < *a.num_tiles) {
         const Tile tile{a.tile_expert[w], a.tile_row0[w], a.tile_nrows[w]};
         if constexpr (kLoop == Loop::kMma) {
-            loop_mma<T, RT, NT, kQuant, V>(a, tile, map, sacc, bw);
+            loop_mma<T, RT, NT, kQuant, V, kF8>(a, tile, map, sacc, bw);
         } else if constexpr (kLoop == Loop::kVecN) {
             loop_vecn<T, V>(a, tile, map, sacc, bw);
         } else {

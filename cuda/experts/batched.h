@@ -42,6 +42,9 @@ struct ProjArgs {
     bool ids_i64;
     int64_t T, k;
     int32_t ks;  // kMma: K splits (1, 2, 4 or 8); the CTA covers 16 * rt * 8 / ks weight rows
+    // FP8 weights and activations: X holds e4m3 bytes (X rows of K bytes) and the mma loop multiplies codes by codes
+    // on the FP8 tensor cores (x_scales and the weight scales promoted as above); false: X in dtype.
+    bool x_e4m3;
 };
 
 }  // namespace moex::cuda::batched
