@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 
 #include "moex/backend.h"
@@ -74,6 +75,11 @@ std::string compare(const TensorView& out, const TensorView& expected) {
 }
 
 void run(const RunArgs& a) {
+    // The output replaces its path: naming the problem file (or a link to it) would replace the input by the result.
+    std::error_code ec;
+    if (std::filesystem::equivalent(a.problem, a.out, ec))
+        fail(ErrorCode::kInvalidArgument,
+             "--out " + a.out + " is the problem file itself; write the result to another path");
     const Device device = parse_device(a.device);
     const Backend& backend = ExpertsInterface::global().get(a.backend);  // unknown name: lists the valid ones
     if (auto why = backend.unavailable(device)) fail(ErrorCode::kUnsupported, *why);

@@ -80,6 +80,10 @@ void run(const GenerateArgs& a) {
     options.max_context = a.max_context;
     options.dequantize = a.dequantize;
     const std::string dir = a.model.empty() ? default_model() : a.model;
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(dir, ec))  // the library would say "no such model directory"
+        fail(ErrorCode::kInvalidArgument,
+             dir + ": is a file; --model takes the checkpoint directory (the folder holding config.json)");
     Model model = Model::from_pretrained(dir, options);
     MOEX_REQUIRE(model.tokenizer() != nullptr, ErrorCode::kNotFound,
                  dir + ": no tokenizer.json; moex generate needs one");

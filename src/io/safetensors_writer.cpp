@@ -177,7 +177,9 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
     static std::atomic<unsigned> counter{0};
     const std::string tmp = target + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) fail(ErrorCode::kIo, path + ": cannot create " + tmp + ": " + std::strerror(errno));
+    if (fd < 0)
+        fail(ErrorCode::kIo, path + ": cannot create the temporary file " + tmp +
+                                 " (written, then renamed into place): " + std::strerror(errno));
     bool closed = false;
     try {
         uint8_t prefix[8];
