@@ -14,6 +14,17 @@ if ((${#missing[@]})); then
     $sudo_cmd apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# The fuzz targets (scripts/fuzz.sh) need clang and its libFuzzer runtime, packaged per clang version.
+if ! command -v clang++ >/dev/null; then
+    echo "moex: installing clang" >&2
+    $sudo_cmd apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq clang >/dev/null
+fi
+clang_major=$(clang++ -dumpversion | cut -d. -f1)
+if ! dpkg -s "libclang-rt-$clang_major-dev" >/dev/null 2>&1 && apt-cache show "libclang-rt-$clang_major-dev" >/dev/null 2>&1; then
+    echo "moex: installing libclang-rt-$clang_major-dev (libFuzzer)" >&2
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "libclang-rt-$clang_major-dev" >/dev/null
+fi
 nvcc_bin=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null || true)
 if [[ -n $nvcc_bin ]] && ! command -v cuobjdump >/dev/null && [[ ! -x $(dirname "$nvcc_bin")/cuobjdump ]]; then
     tools=/opt/moex-cuda-tools
