@@ -2,7 +2,8 @@
 """Writes the fuzzers' seed corpora into fuzz/corpus/<target>/: real files (the shipped model's and the parity
 fixtures' configs and tokenizers, problem files from `moex experts make-problem`, safetensors files of every dtype)
 and mutated ones (each a malformed case the readers must refuse: truncated, overlapping offsets, NUL padding,
-duplicate keys, deep nesting, wrong types). Usage: python3 fuzz/make_corpus.py BUILD_DIR/moex"""
+duplicate keys, deep nesting, wrong types). Files named regress_* are inputs the fuzzers found, kept by hand.
+Usage: python3 fuzz/make_corpus.py BUILD_DIR/moex"""
 import json
 import pathlib
 import struct
