@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "moex/backward.h"
 #include "moex/experts.h"
 
 namespace moex {
@@ -38,6 +39,12 @@ class Backend {
     virtual bool load_time_only() const { return false; }
     // Computes out (T, H). Validates the problem first (check_runnable); throws moex::Error on any violation.
     virtual void run(const ExpertsProblem& problem, const TensorView& out, const RunOptions& options) const = 0;
+    // Whether backward() computes gradients on `device` (none by default: a backend trains only where it says so).
+    virtual bool has_backward(Device) const { return false; }
+    // The gradients of run()'s output (moex/backward.h). The default refuses, naming the backends that have one on
+    // the problem's device; the CPU eager, batched_mm and grouped_mm share experts_backward.
+    virtual void backward(const ExpertsProblem& problem, const TensorView& grad_out, const ExpertsGrads& grads,
+                          const RunOptions& options) const;
 
     // What every run() does first: the problem and `out` validated, then why_not() raised as Error(kUnsupported).
     void check_runnable(const ExpertsProblem& problem, const TensorView& out) const;
@@ -55,6 +62,11 @@ class ExpertsInterface {
     // Runs `name` on the problem; errors if the backend cannot run it (with the reason).
     void run(std::string_view name, const ExpertsProblem& problem, const TensorView& out,
              const RunOptions& options = {}) const;
+    // Backend `name`'s backward (Backend::backward).
+    void backward(std::string_view name, const ExpertsProblem& problem, const TensorView& grad_out,
+                  const ExpertsGrads& grads, const RunOptions& options = {}) const;
+    // "eager, batched_mm, grouped_mm": the backends with a backward on `device` ("none yet" when there are none).
+    std::string backward_names_text(Device device) const;
 
    private:
     std::vector<std::shared_ptr<const Backend>> backends_;

@@ -51,6 +51,13 @@ class PortableBackend final : public Backend {
         if (p.device() == Device::kCUDA) return run_cuda(p, out, cuda_, options);
         cpu_(p, out, options.num_threads);
     }
+    // One CPU backward serves all three (experts_backward); the CUDA pipelines have none yet.
+    bool has_backward(Device device) const override { return device == Device::kCPU; }
+    void backward(const ExpertsProblem& p, const TensorView& grad_out, const ExpertsGrads& grads,
+                  const RunOptions& options) const override {
+        if (p.device() != Device::kCPU) return Backend::backward(p, grad_out, grads, options);
+        experts_backward(p, grad_out, grads, options.num_threads);
+    }
 
    private:
     std::string_view name_, description_;

@@ -74,6 +74,25 @@ void ExpertsInterface::run(std::string_view name, const ExpertsProblem& problem,
     get(name).run(problem, out, options);
 }
 
+void ExpertsInterface::backward(std::string_view name, const ExpertsProblem& problem, const TensorView& grad_out,
+                                const ExpertsGrads& grads, const RunOptions& options) const {
+    get(name).backward(problem, grad_out, grads, options);
+}
+
+std::string ExpertsInterface::backward_names_text(Device device) const {
+    std::string s;
+    for (const auto& b : backends_)
+        if (b->has_backward(device)) s += (s.empty() ? "" : ", ") + std::string(b->name());
+    return s.empty() ? "none yet" : s;
+}
+
+void Backend::backward(const ExpertsProblem& problem, const TensorView&, const ExpertsGrads&, const RunOptions&) const {
+    const Device d = problem.device();
+    fail(ErrorCode::kUnsupported,
+         "experts backend `" + std::string(name()) + "` has no backward on " + std::string(device_name(d)) +
+             "; backends with one there: " + ExpertsInterface::global().backward_names_text(d));
+}
+
 void Backend::check_runnable(const ExpertsProblem& problem, const TensorView& out) const {
     problem.validate();
     problem.validate_output(out);
