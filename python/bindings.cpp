@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "moex/backend.h"
+#include "moex/backward.h"
 #include "moex/error.h"
 #include "moex/model.h"
 #include "moex/quant.h"
@@ -270,6 +271,40 @@ void experts(const std::string& backend, const Array& x, const Array& ids, const
     run_backend(backend, p, view_of(out, "out"), stream, num_threads);
 }
 
+// The backward of one experts call (moex/backward.h) into the given gradient arrays (None: not computed), through
+// backend `backend` ("auto" resolves as the forward does: every CPU backend shares one backward).
+void experts_backward_call(const std::string& backend, const Array& x, const Array& ids, const Array& weights,
+                           const Array& gate_up, const Array& down, const std::optional<Array>& gate_up_bias,
+                           const std::optional<Array>& down_bias, const Array& grad_out,
+                           const std::optional<Array>& grad_x, const std::optional<Array>& grad_weights,
+                           const std::optional<Array>& grad_gate_up, const std::optional<Array>& grad_down,
+                           const std::optional<Array>& grad_gate_up_bias, const std::optional<Array>& grad_down_bias,
+                           bool has_gate, bool is_transposed, bool is_concatenated, const std::string& activation,
+                           const std::string& gate, float swiglu_alpha, float swiglu_limit, int num_threads) {
+    const Layout layout{has_gate, is_transposed, is_concatenated, activation, gate, swiglu_alpha, swiglu_limit};
+    const Array* required[] = {&x, &ids, &weights, &gate_up, &down};
+    auto view = [&](int a, const char* name, bool bytes) {
+        if (a < kUpBias) return view_of(*required[a], name, bytes);
+        const std::optional<Array>* o = a == kUpBias ? &gate_up_bias : a == kDownBias ? &down_bias : nullptr;
+        return o && *o ? view_of(**o, name, bytes) : TensorView{};
+    };
+    const ExpertsProblem p = problem_of(view, layout, Quant{});
+    auto grad = [](const std::optional<Array>& a, const char* name) { return a ? view_of(*a, name) : TensorView{}; };
+    const ExpertsGrads grads{grad(grad_x, "grad hidden_states"),
+                             grad(grad_weights, "grad top_k_weights"),
+                             grad(grad_gate_up, "grad gate_up_proj"),
+                             grad(grad_down, "grad down_proj"),
+                             grad(grad_gate_up_bias, "grad gate_up_proj_bias"),
+                             grad(grad_down_bias, "grad down_proj_bias")};
+    const TensorView go = view_of(grad_out, "grad_out");
+    RunOptions options;
+    options.num_threads = num_threads;
+    const std::string name = backend == "auto" ? auto_backend(p) : backend;
+    const Backend& b = ExpertsInterface::global().get(name);
+    nb::gil_scoped_release release;
+    b.backward(p, go, grads, options);
+}
+
 // ---- torch tensors through the DLPack C exchange API -----------------------------------------------------------
 // DLPack 1.x's `type(tensor).__dlpack_c_exchange_api__` (torch >= 2.10): a PyCapsule "dlpack_exchange_api" holding
 // C entry points that describe a tensor object in place (no capsule per tensor), allocate a tensor of the framework
@@ -417,6 +452,9 @@ nb::dict backend_info(const Backend& b) {
     d["quant_formats"] = formats;
     d["cuda_host_synchronizes"] = b.host_synchronizes(Device::kCUDA);
     d["load_time_only"] = b.load_time_only();
+    nb::dict backward;  // whether backward() computes gradients, per device
+    for (Device dev : {Device::kCPU, Device::kCUDA}) backward[device_name(dev).data()] = b.has_backward(dev);
+    d["has_backward"] = backward;
     return d;
 }
 
@@ -649,6 +687,15 @@ NB_MODULE(_moex, m) {
           "experts() on torch tensors read through DLPack's C exchange API (no capsule per tensor): returns the "
           "output (T, H) in hidden_states' dtype, allocated by torch; CUDA work goes on torch's current stream.");
     m.attr("has_exchange_api") = true;
+    m.def("experts_backward", &experts_backward_call, "backend"_a, "hidden_states"_a, "top_k_index"_a,
+          "top_k_weights"_a, "gate_up_proj"_a, "down_proj"_a, "gate_up_bias"_a.none(), "down_bias"_a.none(),
+          "grad_out"_a, "grad_hidden_states"_a.none(), "grad_top_k_weights"_a.none(), "grad_gate_up_proj"_a.none(),
+          "grad_down_proj"_a.none(), "grad_gate_up_bias"_a.none(), "grad_down_bias"_a.none(), "has_gate"_a = true,
+          "is_transposed"_a = false, "is_concatenated"_a = true, "activation"_a = "silu", "gate"_a = "default",
+          "swiglu_alpha"_a = 1.702f, "swiglu_limit"_a = 7.0f, "num_threads"_a = 0,
+          "The backward of one experts call: writes the gradients given (None: not computed) from grad_out (T, H); "
+          "each has its input's shape and dtype. Backends without a backward on the tensors' device raise "
+          "NotImplementedError naming those with one.");
     m.def(
         "backends",
         [] {

@@ -7,19 +7,21 @@ since its PR #47933: ``hidden_states`` is cast to the weights' dtype for the cal
 ``hidden_states``' dtype; routing weights that are neither float32 nor that dtype become float32. Quantized weights
 (FP8, FP4 codes) leave the activations in their own dtype (bf16, f16 or f32; any other becomes f32).
 
-No moex backend has a backward pass yet: the forward runs whatever requires grad (an eval forward outside
-torch.no_grad() works), and a backward through it raises ``NotImplementedError`` naming the backend and the backends
-that have one.
+Training: the op's registered autograd calls a second custom op, ``moex::experts_backward`` (with a fake
+implementation, so torch.compile traces forward and backward without graph breaks), which recomputes gate/up and h
+from the saved inputs (x, routing, weights; no (S, H) expert outputs are kept) and returns the gradients of
+hidden_states, top_k_weights, both projections and their biases. The CPU eager, batched_mm and grouped_mm share one
+deterministic backward (BACKENDS_WITH_BACKWARD, from the registry); a backward on a device or backend without one
+(CUDA today) or through quantized weights raises ``NotImplementedError`` naming the backends that have one.
 """
 
-from typing import Optional
+from typing import List, Optional
 
 import torch
 
 from . import _moex
 
 _FLOAT_TYPES = (torch.float32, torch.bfloat16, torch.float16)
-BACKENDS_WITH_BACKWARD = ()  # none yet (issue #14 adds them); the error message names them
 
 
 # torch's C-level exporter (what torch.utils.dlpack.to_dlpack calls, a third of its cost): a capsule never
@@ -104,17 +106,83 @@ def _(hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, gate_u
     return hidden_states.new_empty((hidden_states.shape[0], hidden_states.shape[1]))
 
 
-def _no_backward(ctx, grad):
-    raise NotImplementedError(f"moex backend `{ctx.backend}` has no backward pass yet; backends with one: "
-                              f"{', '.join(BACKENDS_WITH_BACKWARD) or 'none yet'} (train with transformers' own "
-                              "grouped_mm, or run moex under torch.no_grad())")
+# The backends with a backward on some device, from the registry (each entry of _moex.backends() says per device).
+BACKENDS_WITH_BACKWARD = tuple(b["name"] for b in _moex.backends() if any(b.get("has_backward", {}).values()))
+
+
+def _backward_devices(backend: str):
+    if backend == "auto":  # "auto" runs batched_mm or grouped_mm, which share one backward
+        backend = "grouped_mm"
+    for b in _moex.backends():
+        if b["name"] == backend:
+            return [d for d, ok in b.get("has_backward", {}).items() if ok]
+    return []
+
+
+def _backward_names(device: str) -> str:
+    names = [b["name"] for b in _moex.backends() if b.get("has_backward", {}).get(device)]
+    return ", ".join(names) or "none yet"
+
+
+@torch.library.custom_op("moex::experts_backward", mutates_args=())
+def experts_backward_op(grad_out: torch.Tensor, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
+                        top_k_weights: torch.Tensor, gate_up_proj: torch.Tensor, down_proj: torch.Tensor,
+                        gate_up_bias: Optional[torch.Tensor], down_bias: Optional[torch.Tensor], backend: str,
+                        has_gate: bool, is_transposed: bool, is_concatenated: bool, activation: str, gate: str,
+                        swiglu_alpha: float, swiglu_limit: float) -> List[torch.Tensor]:
+    """The gradients of moex::experts for grad_out (T, H): [hidden_states, top_k_weights, gate_up_proj, down_proj,
+    gate_up_bias, down_bias], each in its input's shape and dtype ((0,) for an absent bias). Nothing of the forward is
+    kept: the backward recomputes gate/up and h from the inputs."""
+    grads = [torch.empty_like(t, memory_format=torch.contiguous_format)
+             for t in (hidden_states, top_k_weights, gate_up_proj, down_proj)]
+    bias_grads = [torch.empty_like(b, memory_format=torch.contiguous_format) if b is not None
+                  else hidden_states.new_empty((0,)) for b in (gate_up_bias, down_bias)]
+    grads += bias_grads
+    ub = None if gate_up_bias is None else _to_dlpack(gate_up_bias)
+    db = None if down_bias is None else _to_dlpack(down_bias)
+    gub = None if gate_up_bias is None else _to_dlpack(bias_grads[0])
+    gdb = None if down_bias is None else _to_dlpack(bias_grads[1])
+    _moex.experts_backward(backend, _to_dlpack(hidden_states), _to_dlpack(top_k_index), _to_dlpack(top_k_weights),
+                           _to_dlpack(gate_up_proj), _to_dlpack(down_proj), ub, db, _to_dlpack(grad_out.contiguous()),
+                           _to_dlpack(grads[0]), _to_dlpack(grads[1]), _to_dlpack(grads[2]), _to_dlpack(grads[3]), gub,
+                           gdb, has_gate, is_transposed, is_concatenated, activation, gate, swiglu_alpha,
+                           swiglu_limit)
+    return grads
+
+
+@experts_backward_op.register_fake
+def _(grad_out, hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, gate_up_bias, down_bias, *args):
+    grads = [torch.empty_like(t, memory_format=torch.contiguous_format)
+             for t in (hidden_states, top_k_weights, gate_up_proj, down_proj)]
+    return grads + [torch.empty_like(b, memory_format=torch.contiguous_format) if b is not None
+                    else hidden_states.new_empty((0,)) for b in (gate_up_bias, down_bias)]
+
+
+def _backward(ctx, grad):
+    device = ctx.device
+    if ctx.quant != "none":
+        raise NotImplementedError(f"moex has no backward pass yet through quantized ({ctx.quant}) expert weights: "
+                                  "FP8 / FP4 codes have no gradient (dequantize them to train)")
+    if device not in _backward_devices(ctx.backend):
+        raise NotImplementedError(f"moex backend `{ctx.backend}` has no backward pass on {device} yet; backends with "
+                                  f"one there: {_backward_names(device)} (on cpu: {_backward_names('cpu')}; or train "
+                                  "with transformers' own grouped_mm)")
+    x, ids, w, gate_up, down, gate_up_bias, down_bias = ctx.saved_tensors
+    dx, dw, dup, ddown, dub, ddb = experts_backward_op(grad, x, ids, w, gate_up, down, gate_up_bias, down_bias,
+                                                       ctx.backend, *ctx.layout)
+    return (dx, None, dw, dup, ddown, dub if gate_up_bias is not None else None,
+            ddb if down_bias is not None else None) + (None,) * 18
 
 
 def _setup_context(ctx, inputs, output):
     ctx.backend = inputs[7]
+    ctx.layout = tuple(inputs[8:15])
+    ctx.quant = inputs[15] if len(inputs) > 15 else "none"
+    ctx.device = inputs[0].device.type
+    ctx.save_for_backward(*inputs[:7])
 
 
-torch.library.register_autograd("moex::experts", _no_backward, setup_context=_setup_context)
+torch.library.register_autograd("moex::experts", _backward, setup_context=_setup_context)
 
 
 def _quant_format(weight: torch.Tensor, scale_inv: Optional[torch.Tensor]) -> str:

@@ -29,7 +29,8 @@ void require_like(const TensorView& g, const char* name, const TensorView& like,
         bad(std::string(name) + " is on " + std::string(device_name(g.device)) + ":" + std::to_string(g.device_index) +
             " but " + like_name + " is on " + std::string(device_name(like.device)) + ":" +
             std::to_string(like.device_index));
-    if (!g.is_contiguous()) bad(std::string(name) + " must be contiguous (row-major)");
+    if (g.numel() > 0 && !g.is_contiguous())
+        bad(std::string(name) + " must be contiguous (row-major)");  // empty: any strides
     if (g.data == nullptr && g.numel() > 0) bad(std::string(name) + " has a null data pointer");
 }
 

@@ -1,0 +1,142 @@
+# Training through moex: the gradients of moex::experts (every layout, f32 and bf16, each CPU backend) against
+# autograd of the float64 torch reference; torch.compile(fullgraph=True) of a forward + backward; a tiny Qwen3-MoE
+# whose loss and gradients follow transformers' own grouped_mm for a few optimizer steps; the refusals.
+import copy
+
+import pytest
+import torch
+
+import moex_experts
+import moex_experts.ops as ops
+from reference import experts_reference
+from test_bindings import make_problem
+
+pytest.importorskip("transformers")
+import moex_experts.transformers  # noqa: E402,F401
+from transformers import AutoModelForCausalLM, Qwen3MoeConfig  # noqa: E402
+
+LAYOUTS = [dict(), dict(is_concatenated=False), dict(has_gate=False, activation="gelu"),
+           dict(is_transposed=True, bias=True, activation="gelu_pytorch_tanh"),
+           dict(is_concatenated=False, is_transposed=True, activation="relu"),
+           dict(gate="gpt_oss", swiglu_alpha=1.702, swiglu_limit=1.0, bias=True),
+           dict(has_gate=False, is_transposed=True, bias=True, activation="relu")]
+TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
+
+
+def reference_grads(args, flags, grad_out):
+    """Gradients of sum(grad_out * out) by autograd of the float64 reference."""
+    leaves = [None if t is None or not t.is_floating_point() else t.detach().double().requires_grad_(True)
+              for t in args]
+    ref_args = [leaf if leaf is not None else t for leaf, t in zip(leaves, args)]
+    out = experts_reference(*ref_args, **flags)
+    (out * grad_out.double()).sum().backward()
+    return [None if leaf is None else leaf.grad for leaf in leaves]
+
+
+def close(got, ref, dtype, what):
+    assert got.shape == ref.shape, what
+    assert torch.isfinite(got).all(), what
+    err = (got.double() - ref).abs().max().item()
+    rms = ref.pow(2).mean().sqrt().item()
+    assert err <= TOL[dtype] * max(rms, 1e-3) * 4, f"{what}: max error {err:.3g} at rms {rms:.3g}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("layout", range(len(LAYOUTS)))
+@pytest.mark.parametrize("backend", ["eager", "batched_mm", "grouped_mm", "auto"])
+def test_grads_match_float64_autograd(backend, layout, dtype, gen):
+    spec = dict(LAYOUTS[layout])
+    bias = spec.pop("bias", False)
+    args, flags = make_problem(11, 24, 16, 5, 3, dtype, "cpu", gen, bias=bias, weights_f32=layout % 2 == 0, **spec)
+    ids = args[1]
+    ids[0, 1] = 5  # sentinels: no contribution, zero gradient for their weight
+    ids[3, 0] = 1000
+    leaves = [t if t is None or not t.is_floating_point() else t.detach().requires_grad_(True) for t in args]
+    out = moex_experts.experts(*leaves, backend=backend, **flags)
+    grad_out = torch.randn(out.shape, generator=gen).to(dtype)
+    out.backward(grad_out)
+    want = reference_grads(args, flags, grad_out)
+    for name, leaf, ref in zip(("x", "ids", "w", "up", "down", "up_bias", "down_bias"), leaves, want):
+        if ref is not None:
+            close(leaf.grad, ref, dtype, name)
+    assert leaves[2].grad[0, 1] == 0 and leaves[2].grad[3, 0] == 0
+
+
+def test_backends_with_backward_from_the_registry():
+    assert ops.BACKENDS_WITH_BACKWARD == ("eager", "batched_mm", "grouped_mm")
+    info = {b["name"]: b["has_backward"] for b in moex_experts.backends()}
+    assert info["grouped_mm"] == {"cpu": True, "cuda": False}
+    assert info["sonicmoe"] == {"cpu": False, "cuda": False}
+
+
+def test_a_backend_without_backward_says_which_have_one(gen):
+    def copy_of_eager(x, ids, w, up, down, ub, db, out, layout, stream):
+        out.copy_(moex_experts.experts(x, ids, w, up, down, backend="eager"))
+
+    moex_experts.register_backend("py_no_backward", copy_of_eager)
+    (x, ids, w, up, down, _, _), _ = make_problem(4, 32, 16, 4, 2, torch.float32, "cpu", gen)
+    x.requires_grad_(True)
+    out = moex_experts.experts(x, ids, w, up, down, backend="py_no_backward")
+    with pytest.raises(NotImplementedError, match="`py_no_backward` has no backward pass on cpu yet; backends with "
+                                                  "one there: eager, batched_mm, grouped_mm"):
+        out.sum().backward()
+
+
+def test_no_tokens(gen):
+    (x, ids, w, up, down, _, _), _ = make_problem(1, 32, 16, 4, 2, torch.float32, "cpu", gen)
+    x, ids, w = x[:0], ids[:0], w[:0]
+    up.requires_grad_(True)
+    moex_experts.experts(x, ids, w, up, down, backend="grouped_mm").sum().backward()
+    assert torch.equal(up.grad, torch.zeros_like(up))
+
+
+def test_compiled_forward_and_backward_without_graph_breaks(gen):
+    (x, ids, w, up, down, ub, db), flags = make_problem(9, 32, 16, 4, 2, torch.float32, "cpu", gen, bias=True)
+
+    def step(x, w, up, down, ub, db):
+        out = moex_experts.experts(x, ids, w, up, down, ub, db, backend="grouped_mm", **flags)
+        return (out * out).sum()
+
+    def grads(fn):
+        leaves = [t.detach().clone().requires_grad_(True) for t in (x, w, up, down, ub, db)]
+        fn(*leaves).backward()
+        return [leaf.grad for leaf in leaves]
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True)  # a graph break would raise
+    for got, want in zip(grads(compiled), grads(step)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def tiny_qwen3(implementation):
+    torch.manual_seed(0)
+    config = Qwen3MoeConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                            num_hidden_layers=2, vocab_size=128, max_position_embeddings=64, moe_intermediate_size=32,
+                            intermediate_size=96, num_experts=8, num_experts_per_tok=2, norm_topk_prob=True)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():  # well-scaled random weights (from_config leaves some at zero)
+        for p in model.parameters():
+            p.normal_(0, 0.05, generator=torch.Generator().manual_seed(p.numel()))
+    model.set_experts_implementation(implementation)
+    return model
+
+
+def test_tiny_qwen3_moe_trains_like_transformers_grouped_mm():
+    ours, theirs = tiny_qwen3("moex_grouped_mm"), tiny_qwen3("grouped_mm")
+    theirs.load_state_dict(copy.deepcopy(ours.state_dict()))
+    ids = torch.randint(0, 128, (2, 24), generator=torch.Generator().manual_seed(3))
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (ours, theirs)]
+    for step in range(4):
+        losses = []
+        for model, opt in zip((ours, theirs), opts):
+            opt.zero_grad()
+            loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+            losses.append(loss.detach())
+        torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-6, msg=f"loss at step {step}")
+        for (name, a), b in zip(ours.named_parameters(), theirs.parameters()):
+            assert a.grad is not None, name
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-3, atol=1e-6, msg=f"{name} at step {step}")
+        for opt in opts:
+            opt.step()
+    assert losses[0] < tiny_qwen3("moex_grouped_mm")(input_ids=ids, labels=ids).loss  # it learned something
