@@ -32,8 +32,9 @@ struct KernelTable {
     // Each element is code * (scale * global) rounded once, the same bits in every table.
     void (*dequant)(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, float* dst, int64_t ldd);
     // stream for quantized B, the codes decoded and scaled in registers (no f32 copy): the bits of stream on the
-    // dequantized rows. Returns false for what it does not cover (the caller dequantizes blocks instead); null in
-    // tables without one.
+    // dequantized rows (except the AVX-512 table's FP4 x bf16-valued rows: vdpbf16ps, scaled per group; see
+    // stream_fused_avx512.cpp). Returns false for what it does not cover (the caller dequantizes blocks instead); null
+    // in tables without one.
     bool (*stream_fused)(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc);
     // Element-wise gate of one row: h[i] = round(f(g[i], u[i])) for i < n (gate.h says which f).
     void (*gate_row)(const GateOp& op, const float* g, const float* u, int64_t n, float* h);
