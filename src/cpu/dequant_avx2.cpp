@@ -9,49 +9,11 @@
 #include <cstring>
 
 #include "src/cpu/kernels.h"
+#include "src/cpu/scalar_codecs_local.h"
 #include "src/cpu/simd_avx2.h"
 
 namespace moex::cpu {
 namespace {
-
-// File-local scalar codecs (no inline function shared with portable code is compiled here with AVX2 enabled).
-float bits_f32(uint32_t u) {
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-}
-
-float e4m3_value(uint8_t b) {
-    const uint32_t sign = uint32_t(b & 0x80u) << 24, exp = (b >> 3) & 0xfu, man = b & 7u;
-    if (exp == 0xf && man == 7) return bits_f32(sign | 0x7fc00000u);
-    if (exp == 0) {
-        const float v = float(man) * (1.0f / 512.0f);
-        return sign ? -v : v;
-    }
-    return bits_f32(sign | ((exp + 120u) << 23) | (man << 20));
-}
-
-float ue8m0_value(uint8_t b) {
-    if (b == 0xff) return bits_f32(0x7fc00000u);
-    if (b == 0) return bits_f32(0x00400000u);
-    return bits_f32(uint32_t(b) << 23);
-}
-
-float e2m1_value(uint8_t c) {
-    constexpr float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-    return (c & 8u) ? -kMag[c & 7u] : kMag[c & 7u];
-}
-
-// Scale (srow, g) * global; i = srow * ld + g is computed by the caller without a division per group.
-float group_scale(const WeightQuant& q, int64_t i) {
-    float s;
-    switch (q.scale_dtype) {
-        case DType::kF32: s = static_cast<const float*>(q.scale)[i]; break;
-        case DType::kFP8E4M3: s = e4m3_value(static_cast<const uint8_t*>(q.scale)[i]); break;
-        default: s = ue8m0_value(static_cast<const uint8_t*>(q.scale)[i]); break;
-    }
-    return s * q.global;
-}
 
 // 8 e4m3 bytes -> 8 f32 times 2^-120: a sign-extended byte shifted by 20 puts the 7 value bits where an f32's low
 // exponent and top mantissa bits are (subnormals included, as f32 subnormals) and the sign at bit 31; 0x7f (NaN)

@@ -3,6 +3,7 @@
 // in increasing k like the AVX2 dot kernel, so every output has the bits of the AVX2 stream on the dequantized rows.
 // GCC 12 warns inside its own AVX-512 intrinsics (their _mm512_undefined_* operands), not about this file.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include <cmath>
@@ -11,43 +12,11 @@
 
 #include "src/cpu/kernels.h"
 #include "src/cpu/parallel.h"
+#include "src/cpu/scalar_codecs_local.h"
 #include "src/cpu/simd_avx2.h"
 
 namespace moex::cpu {
 namespace {
-
-// File-local scalar codecs (no inline function shared with portable code is compiled here with AVX-512 enabled).
-float bits_f32(uint32_t u) {
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-}
-
-float e4m3_value(uint8_t b) {
-    const uint32_t sign = uint32_t(b & 0x80u) << 24, exp = (b >> 3) & 0xfu, man = b & 7u;
-    if (exp == 0xf && man == 7) return bits_f32(sign | 0x7fc00000u);
-    if (exp == 0) {
-        const float v = float(man) * (1.0f / 512.0f);
-        return sign ? -v : v;
-    }
-    return bits_f32(sign | ((exp + 120u) << 23) | (man << 20));
-}
-
-float ue8m0_value(uint8_t b) {
-    if (b == 0xff) return bits_f32(0x7fc00000u);
-    if (b == 0) return bits_f32(0x00400000u);
-    return bits_f32(uint32_t(b) << 23);
-}
-
-float group_scale(const WeightQuant& q, int64_t i) {
-    float s;
-    switch (q.scale_dtype) {
-        case DType::kF32: s = static_cast<const float*>(q.scale)[i]; break;
-        case DType::kFP8E4M3: s = e4m3_value(static_cast<const uint8_t*>(q.scale)[i]); break;
-        default: s = ue8m0_value(static_cast<const uint8_t*>(q.scale)[i]); break;
-    }
-    return s * q.global;
-}
 
 constexpr int kMaxPairs = 4;        // rows of B per tile: 2 * kMaxPairs
 constexpr int kMaxRowsA = 6;        // rows of A per pass (more rows: passes over the same B rows, from L2)
@@ -59,6 +28,19 @@ constexpr int kMaxGroups = 512;     // scale groups per row a tile keeps (K / bk
 // the T0/T1/T2 hints measured within the noise of a shared machine).
 constexpr int64_t kAhead = 8192;
 constexpr uint64_t kByte3 = 0x8888888888888888ull, kByte2 = 0x4444444444444444ull;  // byte masks of dword lanes
+
+// Stores the tile's accumulators: pair p holds output 2p in its low half and 2p + 1 in its high half, each summed in
+// the AVX2 kernel's order; only the first `stored` outputs exist.
+template <int NP, int MB>
+inline void store_pairs(const __m512 (&acc)[NP][MB], int stored, float* c, int64_t ldc) {
+#pragma GCC unroll 4
+    for (int p = 0; p < NP; ++p)
+#pragma GCC unroll 6
+        for (int mb = 0; mb < MB; ++mb) {
+            if (2 * p < stored) c[mb * ldc + 2 * p] = hsum8(_mm512_castps512_ps256(acc[p][mb]));
+            if (2 * p + 1 < stored) c[mb * ldc + 2 * p + 1] = hsum8(_mm512_extractf32x8_ps(acc[p][mb], 1));
+        }
+}
 
 // The byte index of each dword lane's top byte for vpermb: lane i takes code k + 8h + i of row 0 (i < 8, bytes 0-15
 // of the source) or of row 1 (i >= 8, bytes 16-31).
@@ -167,13 +149,7 @@ void pair_tile(const Decode& dref, const float* const* a, const Tile& t, int64_t
             }
         }
     }
-#pragma GCC unroll 4
-    for (int p = 0; p < NP; ++p)
-#pragma GCC unroll 6
-        for (int mb = 0; mb < MB; ++mb) {
-            if (2 * p < stored) c[mb * ldc + 2 * p] = hsum8(_mm512_castps512_ps256(acc[p][mb]));
-            if (2 * p + 1 < stored) c[mb * ldc + 2 * p + 1] = hsum8(_mm512_extractf32x8_ps(acc[p][mb], 1));
-        }
+    store_pairs(acc, stored, c, ldc);
 }
 
 // Any e4m3 NaN code (0x7f or 0xff) in the row: its outputs are NaN whatever A holds (fma propagates NaN).
@@ -324,13 +300,7 @@ __attribute__((target("avx512bf16"))) void bf16_tile(const uint16_t* const* a, c
             for (int mb = 0; mb < MB; ++mb) tot[p][mb] = _mm512_fmadd_ps(blk[p][mb], s, tot[p][mb]);
         }
     }
-#pragma GCC unroll 4
-    for (int p = 0; p < NP; ++p)
-#pragma GCC unroll 6
-        for (int mb = 0; mb < MB; ++mb) {
-            if (2 * p < stored) c[mb * ldc + 2 * p] = hsum8(_mm512_castps512_ps256(tot[p][mb]));
-            if (2 * p + 1 < stored) c[mb * ldc + 2 * p + 1] = hsum8(_mm512_extractf32x8_ps(tot[p][mb], 1));
-        }
+    store_pairs(tot, stored, c, ldc);
 }
 
 // A's rows as bf16 (k contiguous) when every value is one (its low 16 bits zero), for bf16_tile.

@@ -49,19 +49,6 @@ std::string read_text_file(const std::string& path, uint64_t max_bytes) {
 
 namespace {
 
-// nlohmann's message without its "[json.exception...] " tag, cut to 200 bytes: it quotes the offending token,
-// which in a hostile file can be megabytes long.
-std::string json_reason(const nlohmann::json::exception& e) {
-    std::string what = e.what();
-    if (auto at = what.find("] "); at != std::string::npos) what.erase(0, at + 2);
-    if (what.size() > 200) {
-        size_t cut = 200;
-        while (cut > 0 && (uint8_t(what[cut]) & 0xc0) == 0x80) --cut;  // between UTF-8 characters
-        what = what.substr(0, cut) + "...";
-    }
-    return what;
-}
-
 // Where a key sits, for messages: "weight_map", "quantization_config.config_groups", "the top level".
 template <class Frames>
 std::string object_path(const Frames& stack) {

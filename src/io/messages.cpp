@@ -47,4 +47,15 @@ std::string file_kind(mode_t mode) {
                             : "not a plain file";
 }
 
+std::string json_reason(const std::exception& e) {
+    std::string what = e.what();
+    if (auto at = what.find("] "); at != std::string::npos) what.erase(0, at + 2);
+    if (what.size() > 200) {
+        size_t cut = 200;
+        while (cut > 0 && (uint8_t(what[cut]) & 0xc0) == 0x80) --cut;  // between UTF-8 characters
+        what = what.substr(0, cut) + "...";
+    }
+    return what;
+}
+
 }  // namespace moex::io

@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "moex/error.h"
+#include "src/io/messages.h"
 
 namespace moex::io {
 namespace {
@@ -49,19 +50,6 @@ std::string describe(const json& v) {
     std::string text = v.is_structured() ? std::string() : v.dump(-1, ' ', false, json::error_handler_t::replace);
     if (text.empty() || text.size() > 40) return std::string("a ") + v.type_name();
     return std::string(v.type_name()) + " " + text;
-}
-
-// nlohmann's message without its "[json.exception...] " tag, cut to 200 bytes: it quotes the offending token,
-// which in a hostile header can be megabytes long.
-std::string json_reason(const json::exception& e) {
-    std::string what = e.what();
-    if (auto at = what.find("] "); at != std::string::npos) what.erase(0, at + 2);
-    if (what.size() > 200) {
-        size_t cut = 200;
-        while (cut > 0 && (uint8_t(what[cut]) & 0xc0) == 0x80) --cut;  // between UTF-8 characters
-        what = what.substr(0, cut) + "...";
-    }
-    return what;
 }
 
 // Parses the header text, rejecting a duplicate key in any object by name (nlohmann would silently keep one) and
