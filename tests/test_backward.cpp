@@ -165,23 +165,18 @@ double forward_backward(const Dense& d, const std::vector<double>& dout, DType r
     return loss;
 }
 
-// The reference's logical weight gradients in the problem's storage layout.
-std::vector<double> up_storage(const Dense& d, const std::vector<double>& v) {
+// The reference's logical weight gradients, (E, R, C) per expert, in the problem's storage layout: (E, C, R) when
+// the weights are transposed.
+std::vector<double> in_storage(const Dense& d, const std::vector<double>& v, int64_t R, int64_t C) {
     if (!d.p->is_transposed) return v;
     std::vector<double> s(v.size());
     for (int64_t e = 0; e < d.E; ++e)
-        for (int64_t n = 0; n < d.N; ++n)
-            for (int64_t h = 0; h < d.H; ++h) s[size_t((e * d.H + h) * d.N + n)] = v[size_t((e * d.N + n) * d.H + h)];
+        for (int64_t r = 0; r < R; ++r)
+            for (int64_t c = 0; c < C; ++c) s[size_t((e * C + c) * R + r)] = v[size_t((e * R + r) * C + c)];
     return s;
 }
-std::vector<double> down_storage(const Dense& d, const std::vector<double>& v) {
-    if (!d.p->is_transposed) return v;
-    std::vector<double> s(v.size());
-    for (int64_t e = 0; e < d.E; ++e)
-        for (int64_t h = 0; h < d.H; ++h)
-            for (int64_t i = 0; i < d.I; ++i) s[size_t((e * d.I + i) * d.H + h)] = v[size_t((e * d.H + h) * d.I + i)];
-    return s;
-}
+std::vector<double> up_storage(const Dense& d, const std::vector<double>& v) { return in_storage(d, v, d.N, d.H); }
+std::vector<double> down_storage(const Dense& d, const std::vector<double>& v) { return in_storage(d, v, d.H, d.I); }
 
 // ---- the harness -------------------------------------------------------------------------------------------------
 
