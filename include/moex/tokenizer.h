@@ -37,13 +37,24 @@ class Tokenizer {
     bool is_special(int32_t id) const;
 
    private:
+    friend class TokenStreamer;
+    // What ids[begin, end) add to the text of ids[0, begin) when `continuation` (else their own text), and whether
+    // the text of ids[0, end) may be cut after end: decode(ids[0, m)) == decode(ids[0, end)) + the piece of
+    // [end, m) for every m (the streamer's checkpoint).
+    struct Piece {
+        std::string text;
+        bool cut = false;
+    };
+    Piece decode_piece(const std::vector<int32_t>& ids, size_t begin, size_t end, bool skip_special_tokens,
+                       bool continuation) const;
     struct Impl;
     explicit Tokenizer(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;
 };
 
 // Streams text while tokens arrive: push() returns the text that is complete so far (never half a UTF-8 character,
-// never a byte-fallback sequence cut in two), finish() returns the rest.
+// never a byte-fallback sequence cut in two), finish() returns the rest. Each push decodes only the ids since the
+// last point where the text can be cut (Tokenizer::decode_piece), so streaming n ids costs O(n) amortised.
 class TokenStreamer {
    public:
     TokenStreamer(const Tokenizer& tokenizer, bool skip_special_tokens = true);
@@ -55,6 +66,8 @@ class TokenStreamer {
     bool skip_special_;
     std::vector<int32_t> ids_;
     size_t emitted_ = 0;  // bytes of decode(ids_) already returned
+    size_t cut_ = 0;      // ids_[0, cut_) decode to the first base_ bytes, whatever follows
+    size_t base_ = 0;
 };
 
 }  // namespace moex

@@ -93,7 +93,7 @@ void Decoder::add(const Json& j, const std::string& where, int depth) {
     steps_.push_back(std::move(s));
 }
 
-void Decoder::run(const Step& step, std::vector<std::string>& tokens) {
+void Decoder::run(const Step& step, std::vector<std::string>& tokens, bool continuation, bool joined) {
     std::vector<std::string> out;
     switch (step.kind) {
         case Kind::kByteLevel: {  // one token: all bytes, lossy (a token outside the alphabet stays as it is)
@@ -124,11 +124,12 @@ void Decoder::run(const Step& step, std::vector<std::string>& tokens) {
             out.push_back(std::move(all));
             break;
         }
-        case Kind::kStrip:
+        case Kind::kStrip: {
+            const int64_t start = continuation && joined ? 0 : step.start;  // the text's start lies before these
             for (const std::string& t : tokens) {
                 const auto cps = code_points(t);
                 size_t begin = 0, end = cps.size();
-                while (begin < end && static_cast<int64_t>(begin) < step.start && cps[begin] == step.ch) ++begin;
+                while (begin < end && static_cast<int64_t>(begin) < start && cps[begin] == step.ch) ++begin;
                 while (end > begin && static_cast<int64_t>(cps.size() - end) < step.stop && cps[end - 1] == step.ch) {
                     --end;
                 }
@@ -137,6 +138,7 @@ void Decoder::run(const Step& step, std::vector<std::string>& tokens) {
                 out.push_back(std::move(s));
             }
             break;
+        }
         case Kind::kReplace:
             for (const std::string& t : tokens) {
                 std::string s;
@@ -152,11 +154,13 @@ void Decoder::run(const Step& step, std::vector<std::string>& tokens) {
             break;
         case Kind::kMetaspace:
             for (size_t i = 0; i < tokens.size(); ++i) {
+                // The first token drops every replacement; after a join it is the whole text, a continuation's too.
+                const bool first = i == 0 && (joined || !continuation);
                 std::string s;
                 for (const char32_t cp : code_points(tokens[i])) {
                     if (cp != step.ch) {
                         append_utf8(s, cp);
-                    } else if (i != 0 || !step.strip_first) {
+                    } else if (!first || !step.strip_first) {
                         s += ' ';
                     }
                 }
@@ -167,11 +171,48 @@ void Decoder::run(const Step& step, std::vector<std::string>& tokens) {
     tokens = std::move(out);
 }
 
-std::string Decoder::decode(std::vector<std::string> tokens) const {
-    for (const Step& step : steps_) run(step, tokens);
+std::string Decoder::decode(std::vector<std::string> tokens, bool continuation) const {
+    bool joined = false;
+    for (const Step& step : steps_) {
+        run(step, tokens, continuation, joined);
+        joined = joined || joins(step);
+    }
     std::string text;
     for (const std::string& t : tokens) text += t;
     return text;
+}
+
+// Before the first join every step maps each token on its own (Metaspace: the first one differently; ByteFallback:
+// runs of <0xNN> tokens), so a cut between tokens is exact outside a <0xNN> run. After it the text is one token:
+// Fuse, Metaspace and a Strip of leading characters act the same on a text and on its pieces once the strip has
+// found a character to keep; a Replace (a match may span the cut), a trailing Strip (the text's end moves) or a
+// second ByteLevel or ByteFallback are not, and neither is a Metaspace before a ByteFallback (it can make a
+// <0xNN> token of the first one). U+FFFD as a step's character would hide the incomplete-character check.
+bool Decoder::streamable() const {
+    bool joined = false, metaspace = false;
+    for (const Step& s : steps_) {
+        if (s.ch == 0xFFFD) return false;
+        if (joined && s.kind != Kind::kFuse && s.kind != Kind::kMetaspace && !(s.kind == Kind::kStrip && s.stop == 0))
+            return false;
+        if (s.kind == Kind::kByteFallback && metaspace) return false;
+        metaspace = metaspace || s.kind == Kind::kMetaspace;
+        joined = joined || joins(s);
+    }
+    return true;
+}
+
+bool Decoder::cut_after(const std::string& last_token, const std::string& text) const {
+    if (!streamable() || text.empty()) return false;
+    if (text.size() >= kReplacementChar.size() &&
+        std::string_view(text).substr(text.size() - kReplacementChar.size()) == kReplacementChar)
+        return false;
+    std::vector<std::string> last = {last_token};  // as ByteFallback sees it: after the per-token steps before it
+    for (const Step& s : steps_) {
+        if (s.kind == Kind::kByteFallback) return fallback_byte(last[0]) < 0;
+        if (joins(s)) break;
+        run(s, last, true, false);
+    }
+    return true;
 }
 
 }  // namespace moex::tok

@@ -30,6 +30,9 @@ struct Tokenizer::Impl {
 
     void parse(const tok::Json& root);
     const std::string* token_of(int32_t id) const;  // the string the decoder gets
+    // The token strings the decoder gets for ids[begin, end).
+    std::vector<std::string> token_strings(const std::vector<int32_t>& ids, size_t begin, size_t end,
+                                           bool skip_special_tokens) const;
     void encode_text(std::string_view raw, bool at_origin, std::vector<int32_t>& ids) const;
 };
 
@@ -134,25 +137,44 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_t
     return ids;
 }
 
-std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
+std::vector<std::string> Tokenizer::Impl::token_strings(const std::vector<int32_t>& ids, size_t begin, size_t end,
+                                                        bool skip_special_tokens) const {
     std::vector<std::string> tokens;
-    tokens.reserve(ids.size());
-    for (const int32_t id : ids) {
+    tokens.reserve(end - begin);
+    for (size_t i = begin; i < end; ++i) {
+        const int32_t id = ids[i];
         MOEX_REQUIRE(id >= 0, ErrorCode::kInvalidArgument, "tokenizer: negative token id " + std::to_string(id));
         // As `tokenizers` does, ids no token has (past the vocabulary, as a model's padded vocab_size allows, or
         // holes in it) decode to nothing.
-        const std::string* t = id < impl_->vocab_size ? impl_->token_of(id) : nullptr;
+        const std::string* t = id < vocab_size ? token_of(id) : nullptr;
         if (t == nullptr) continue;
-        if (skip_special_tokens && impl_->skipped[id]) continue;
+        if (skip_special_tokens && skipped[id]) continue;
         tokens.push_back(*t);
     }
-    if (impl_->decoder) return impl_->decoder->decode(std::move(tokens));
-    std::string text;
-    for (size_t i = 0; i < tokens.size(); ++i) {
-        if (i > 0) text += ' ';
-        text += tokens[i];
+    return tokens;
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
+    return decode_piece(ids, 0, ids.size(), skip_special_tokens, false).text;
+}
+
+Tokenizer::Piece Tokenizer::decode_piece(const std::vector<int32_t>& ids, size_t begin, size_t end,
+                                         bool skip_special_tokens, bool continuation) const {
+    std::vector<std::string> tokens = impl_->token_strings(ids, begin, end, skip_special_tokens);
+    Piece piece;
+    if (tokens.empty()) return piece;
+    if (impl_->decoder) {
+        const std::string last = tokens.back();
+        piece.text = impl_->decoder->decode(std::move(tokens), continuation);
+        piece.cut = impl_->decoder->cut_after(last, piece.text);
+        return piece;
     }
-    return text;
+    for (size_t i = 0; i < tokens.size(); ++i) {  // no decoder: the tokens joined by spaces
+        if (i > 0 || continuation) piece.text += ' ';
+        piece.text += tokens[i];
+    }
+    piece.cut = true;
+    return piece;
 }
 
 int64_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
