@@ -16,6 +16,9 @@ namespace moex {
 struct RunOptions {
     int num_threads = 0;          // CPU: 0 = all hardware threads
     void* cuda_stream = nullptr;  // CUDA: the caller's cudaStream_t (nullptr = default stream)
+    // Debug: after the call, a NaN or infinity in the output is traced to its row, expert and stage and raised as
+    // Error(kNonFinite) (also on with MOEX_CHECK_FINITE=1). It synchronizes the host: not under CUDA-graph capture.
+    bool check_finite = false;
 };
 
 class Backend {

@@ -15,6 +15,7 @@ enum class ErrorCode {
     kOverflow,         // size arithmetic that does not fit in 64 bits
     kIo,               // the operating system refused a read, write or map
     kCuda,             // a CUDA call failed
+    kNonFinite,        // the finite check (MOEX_CHECK_FINITE) found a NaN or an infinity in an experts output
 };
 
 class Error : public std::runtime_error {

@@ -13,6 +13,7 @@
 
 #include "moex/backend.h"
 #include "src/backends/cuda_bridge.h"
+#include "src/core/finite_check.h"
 
 namespace moex::backends {
 
@@ -48,8 +49,12 @@ class PortableBackend final : public Backend {
     void run(const ExpertsProblem& p, const TensorView& out, const RunOptions& options) const override {
         check_runnable(p, out);
         if (p.T() == 0) return;
-        if (p.device() == Device::kCUDA) return run_cuda(p, out, cuda_, options);
-        cpu_(p, out, options.num_threads);
+        if (p.device() == Device::kCUDA) {
+            run_cuda(p, out, cuda_, options);
+        } else {
+            cpu_(p, out, options.num_threads);
+        }
+        core::check_finite(p, out, options, name_);
     }
     // One CPU backward serves all three (experts_backward); the CUDA pipelines have none yet.
     bool has_backward(Device device) const override { return device == Device::kCPU; }
@@ -89,6 +94,7 @@ class CudaRestriction final : public Backend {
         check_runnable(p, out);
         if (p.T() == 0) return;
         run_cuda(p, out, cuda_, options);
+        core::check_finite(p, out, options, name_);
     }
 
    private:
