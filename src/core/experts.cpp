@@ -49,6 +49,15 @@ void require_same_device(const TensorView& t, const char* name, const TensorView
             std::to_string(ref.device_index));
 }
 
+// Its bytes must fit in 64 bits: a view is only a claim about memory, and the kernels multiply its sizes.
+void require_size_fits(const TensorView& t, const char* name) {
+    int64_t n = dtype_size(t.dtype);
+    for (int d = 0; d < t.ndim; ++d)
+        if (t.shape[d] < 0 || __builtin_mul_overflow(n, t.shape[d], &n))
+            fail(ErrorCode::kOverflow, std::string(name) + " has shape " + t.shape_string() +
+                                           ", whose size in bytes does not fit in 64 bits");
+}
+
 void require_contiguous(const TensorView& t, const char* name) {
     if (t.defined() && !t.is_contiguous()) bad(std::string(name) + " must be contiguous (row-major)");
     if (t.defined() && t.data == nullptr && t.numel() > 0) bad(std::string(name) + " has a null data pointer");
@@ -156,9 +165,16 @@ void ExpertsProblem::validate() const {
                {&down_bias, "down_proj_bias"}};
     for (const auto& a : all) {
         if (!a.t->defined()) continue;
+        require_size_fits(*a.t, a.name);
         require_same_device(*a.t, a.name, hidden_states);
         require_contiguous(*a.t, a.name);
     }
+    // The routed rows (S = T k of them) in f32 at the widest of H and N, what the kernels size workspaces by.
+    int64_t routed = 4;
+    if (__builtin_mul_overflow(routed, t, &routed) || __builtin_mul_overflow(routed, k(), &routed) ||
+        __builtin_mul_overflow(routed, h > n ? h : n, &routed))
+        fail(ErrorCode::kOverflow, "T * k * max(H, N) = " + std::to_string(t) + " * " + std::to_string(k()) + " * " +
+                                       std::to_string(h > n ? h : n) + " routed values do not fit in 64-bit sizes");
 }
 
 void ExpertsProblem::validate_output(const TensorView& out) const {
