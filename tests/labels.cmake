@@ -17,6 +17,7 @@ endforeach()
 foreach(moex_test IN LISTS moex_portable_gtests)  # the second registration, MOEX_GEMM=portable
   set_tests_properties("${moex_test}" PROPERTIES LABELS "cuda;portable")
 endforeach()
-foreach(moex_test IN LISTS moex_avx2_gtests moex_scalar_gtests)  # forced CPU kernel tables (MOEX_CPU_KERNELS)
+# The forced CPU kernel tables (MOEX_CPU_KERNELS).
+foreach(moex_test IN LISTS moex_avx512_bf16_gtests moex_avx2_gtests moex_scalar_gtests)
   set_tests_properties("${moex_test}" PROPERTIES LABELS "cpu")
 endforeach()

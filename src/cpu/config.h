@@ -30,10 +30,15 @@ inline int64_t batched_group_rows(bool transposed) { return stream_max_rows(tran
 // Blocking of the packed path for a 32 KiB L1d / 512 KiB L2 core (Zen 3): the B block kc x nc f32 (128 KiB) stays
 // in L2, each 6-row tile of A (6 x kc f32) in L1 while it meets all nc/16 panels. B is read in runs of kc (rows
 // layout: 512 bytes of bf16) or nc elements (transposed: 1 KiB). The direct path uses kc only (k block of B rows).
+// The AVX-512 12-row tile (tile_rows 12) takes kc = 512 in rows layout (a 256 KiB block for its 2 MiB L2): on the
+// Xeon of bench/RESULTS.md M its one-thread rate went from 90-100 to 100-124 GFLOP/s (m 128-512, K 2048-4096).
 struct PackBlock {
     int64_t nc, kc;
 };
-inline PackBlock pack_block(bool transposed) { return transposed ? PackBlock{512, 64} : PackBlock{128, 256}; }
+inline PackBlock pack_block(bool transposed, int tile_rows = 6) {
+    if (transposed) return PackBlock{512, 64};
+    return tile_rows >= 12 ? PackBlock{128, 512} : PackBlock{128, 256};
+}
 
 // Quantized weights on the streaming path above 4 rows are dequantized in blocks of whole rows of about this many
 // f32 bytes (a multiple of 8 rows, the dot kernel's widest tile, and at least 8), then streamed by the f32 kernel

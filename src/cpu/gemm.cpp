@@ -39,9 +39,9 @@ class NextBlock {
 // read once per k block, so any m works without re-packing B. Each element is one fma chain in increasing k.
 void gemm_packed(const KernelTable& kt, const float* const* a, int64_t m, const WeightMat& b, int64_t n, int64_t kcb,
                  float* c, int64_t ldc) {
-    float* pack = thread_scratch(0, kcb * ((n + kNr - 1) / kNr) * kNr);
+    float* pack = thread_scratch(0, kcb * ((n + kt.nr - 1) / kt.nr) * kt.nr);
     float* rows = b.quantized() ? thread_scratch(5, n * kcb) : nullptr;  // quantized: (n, kc) f32 before packing
-    const int64_t calls = ((m + kMr - 1) / kMr) * ((n + kNr - 1) / kNr);
+    const int64_t calls = ((m + kt.mr - 1) / kt.mr) * ((n + kt.nr - 1) / kt.nr);
     for (int64_t k0 = 0; k0 < b.K; k0 += kcb) {
         const int64_t kc = b.K - k0 < kcb ? b.K - k0 : kcb;
         if (rows) {
@@ -52,10 +52,10 @@ void gemm_packed(const KernelTable& kt, const float* const* a, int64_t m, const 
         }
         const int64_t k1 = k0 + kc;
         NextBlock next(b, n, k1, b.K - k1 < kcb ? b.K - k1 : kcb, calls);
-        for (int64_t r = 0; r < m; r += kMr) {
-            const int mr = int(m - r < kMr ? m - r : kMr);
-            for (int64_t p = 0; p < n; p += kNr) {
-                const int nr = int(n - p < kNr ? n - p : kNr);
+        for (int64_t r = 0; r < m; r += kt.mr) {
+            const int mr = int(m - r < kt.mr ? m - r : kt.mr);
+            for (int64_t p = 0; p < n; p += kt.nr) {
+                const int nr = int(n - p < kt.nr ? n - p : kt.nr);
                 next.step();
                 kt.micro(a + r, mr, k0, pack + (p / kNr) * kc * kNr, kc, c + r * ldc + p, ldc, nr, k0 > 0);
             }
@@ -68,18 +68,41 @@ void gemm_packed(const KernelTable& kt, const float* const* a, int64_t m, const 
 // block ahead as in gemm_packed.
 void gemm_direct(const KernelTable& kt, const float* const* a, int64_t m, const WeightMat& b, int64_t n, int64_t kcb,
                  float* c, int64_t ldc) {
-    const int64_t calls = ((m + kMr - 1) / kMr) * ((n + kNr - 1) / kNr);
+    const int64_t calls = ((m + kt.mr - 1) / kt.mr) * ((n + kt.nr - 1) / kt.nr);
     NextBlock first(b, n, 0, b.K < kcb ? b.K : kcb, 1);
     first.step();
     for (int64_t k0 = 0; k0 < b.K; k0 += kcb) {
         const int64_t kc = b.K - k0 < kcb ? b.K - k0 : kcb, k1 = k0 + kc;
         NextBlock next(b, n, k1, b.K - k1 < kcb ? b.K - k1 : kcb, calls);
-        for (int64_t r = 0; r < m; r += kMr) {
-            const int mr = int(m - r < kMr ? m - r : kMr);
-            for (int64_t p = 0; p < n; p += kNr) {
-                const int nr = int(n - p < kNr ? n - p : kNr);
+        for (int64_t r = 0; r < m; r += kt.mr) {
+            const int mr = int(m - r < kt.mr ? m - r : kt.mr);
+            for (int64_t p = 0; p < n; p += kt.nr) {
+                const int nr = int(n - p < kt.nr ? n - p : kt.nr);
                 next.step();
                 kt.micro_direct(a + r, mr, k0, b.from_row(p), kc, c + r * ldc + p, ldc, nr, k0 > 0);
+            }
+        }
+    }
+}
+
+// bf16 B against A rows that are all bf16 values (a16: m rows of lda), through the table's vdpbf16ps tile:
+// gemm_packed's loop order with B blocks packed as k pairs (half the bytes of f32 panels). n <= nc; kcb even.
+void gemm_bf16(const KernelTable& kt, const uint16_t* a16, int64_t lda, int64_t m, const WeightMat& b, int64_t n,
+               int64_t kcb, float* c, int64_t ldc) {
+    const int64_t panels = (n + kt.nr - 1) / kt.nr * (kt.nr / kNr);
+    auto* pack = reinterpret_cast<uint32_t*>(thread_scratch(0, (kcb + 1) / 2 * panels * kNr));
+    const int64_t calls = ((m + kt.mr - 1) / kt.mr) * ((n + kt.nr - 1) / kt.nr);
+    for (int64_t k0 = 0; k0 < b.K; k0 += kcb) {
+        const int64_t kc = b.K - k0 < kcb ? b.K - k0 : kcb, kp = (kc + 1) / 2, k1 = k0 + kc;
+        kt.pack_b_bf16(b, n, k0, kc, pack);
+        NextBlock next(b, n, k1, b.K - k1 < kcb ? b.K - k1 : kcb, calls);
+        for (int64_t r = 0; r < m; r += kt.mr) {
+            const int mr = int(m - r < kt.mr ? m - r : kt.mr);
+            for (int64_t p = 0; p < n; p += kt.nr) {
+                const int nr = int(n - p < kt.nr ? n - p : kt.nr);
+                next.step();
+                kt.micro_bf16(a16 + r * lda, lda, mr, k0, pack + (p / kNr) * kp * kNr, kc, c + r * ldc + p, ldc, nr,
+                              k0 > 0);
             }
         }
     }
@@ -105,15 +128,30 @@ void stream_quantized(const KernelTable& kt, const float* const* a, int64_t m, c
 }  // namespace
 
 void gemm_rows(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc) {
-    const KernelTable& kt = kernels();
+    gemm_rows(kernels(), a, m, b, n, c, ldc);
+}
+
+void gemm_rows(const KernelTable& kt, const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c,
+               int64_t ldc) {
     const GemmPath path = choose_path(m, b.transposed);
     if (path == GemmPath::kStream)
         return b.quantized() ? stream_quantized(kt, a, m, b, n, c, ldc) : kt.stream(a, m, b, n, c, ldc);
-    const PackBlock blk = pack_block(b.transposed);
+    const PackBlock blk = pack_block(b.transposed, kt.mr);
+    if (kt.micro_bf16 && b.dtype == DType::kBF16 && !b.quantized()) {  // bf16 x bf16 when A's values are all bf16
+        const int64_t lda = (b.K + 1) / 2 * 2;
+        auto* a16 = reinterpret_cast<uint16_t*>(thread_scratch(6, m * lda / 2));
+        if (kt.rows_bf16(a, m, b.K, a16, lda)) {
+            for (int64_t n0 = 0; n0 < n; n0 += blk.nc)
+                gemm_bf16(kt, a16, lda, m, b.from_row(n0), n - n0 < blk.nc ? n - n0 : blk.nc, blk.kc, c + n0, ldc);
+            return;
+        }
+    }
     if (path == GemmPath::kDirect) return gemm_direct(kt, a, m, b, n, blk.kc, c, ldc);
     for (int64_t n0 = 0; n0 < n; n0 += blk.nc)
         gemm_packed(kt, a, m, b.from_row(n0), n - n0 < blk.nc ? n - n0 : blk.nc, blk.kc, c + n0, ldc);
 }
+
+const char* gemm_kernels() { return kernels().name; }
 
 void dense_gemm(const float* A, const void* B, DType b_dtype, float* C, int64_t M, int64_t N, int64_t K,
                 int num_threads) {

@@ -12,6 +12,13 @@ namespace moex::cpu {
 // C[r*ldc + c] = Σ_k a[r][k]·B(c, k) for r < m, c < n, K = b.K. Single-threaded (a task of the caller).
 // The path (config.h choose_path) depends on m and the layout only: streaming kernel, direct or packed microkernel.
 void gemm_rows(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc);
+// The same on a given kernel table (kernels.h) instead of this CPU's best: the tests compare the tables on one machine.
+struct KernelTable;
+void gemm_rows(const KernelTable& kt, const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c,
+               int64_t ldc);
+
+// The kernel table every GEMM here runs (kernels.h): "scalar", "avx2", "avx512" or "avx512_bf16".
+const char* gemm_kernels();
 
 // Dense C (M, N) = A (M, K) row-major · Bᵀ, B (N, K) row-major in b_dtype (f32 | bf16 | f16), on num_threads
 // threads (0 = all). The machine's GEMM rate with the same kernels as the experts path.

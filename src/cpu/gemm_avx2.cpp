@@ -193,7 +193,15 @@ void micro_direct_avx2(const float* const* a, int mr, int64_t k0, const WeightMa
 }  // namespace
 
 extern const KernelTable kAvx2Table;
-const KernelTable kAvx2Table{"avx2",       stream_avx2,       pack_b_avx2,  micro_avx2, micro_direct_avx2,
-                             dequant_avx2, stream_fused_avx2, gate_row_avx2};
+const KernelTable kAvx2Table{.name = "avx2",
+                             .stream = stream_avx2,
+                             .pack_b = pack_b_avx2,
+                             .mr = 6,
+                             .nr = kNr,
+                             .micro = micro_avx2,
+                             .micro_direct = micro_direct_avx2,
+                             .dequant = dequant_avx2,
+                             .stream_fused = stream_fused_avx2,
+                             .gate_row = gate_row_avx2};
 
 }  // namespace moex::cpu

@@ -1,7 +1,7 @@
 // The CPU kernel table: the few inner loops that the GEMM driver (gemm.cpp) calls, in a portable scalar version
-// (kernels_scalar.cpp), an AVX2+FMA+F16C version (*_avx2.cpp) and an AVX-512 one (the AVX2 table with an AVX-512
-// stream_fused, *_avx512.cpp), chosen once at run time by cpuid or forced by MOEX_CPU_KERNELS=scalar|avx2|avx512.
-// Every kernel computes each output element with a float operation order fixed by (K, layout) alone.
+// (kernels_scalar.cpp), an AVX2+FMA+F16C version (*_avx2.cpp) and AVX-512 ones (*_avx512.cpp: the f32 tile and the
+// decode GEMV; avx512_bf16 adds a vdpbf16ps tile, opt-in), chosen once at run time by cpuid or set by
+// MOEX_CPU_KERNELS=scalar|avx2|avx512|avx512_bf16. Every kernel's float operation order is fixed by (K, layout) alone.
 #pragma once
 
 #include <cstdint>
@@ -10,8 +10,7 @@
 
 namespace moex::cpu {
 
-inline constexpr int kMr = 6;   // micro-tile rows (tokens): 6x16 f32 = 12 of the 16 ymm registers
-inline constexpr int kNr = 16;  // micro-tile columns (weight rows), also the packed panel width
+inline constexpr int kNr = 16;  // the packed panel width (columns = weight rows); tables tile nr = 1 or 2 panels
 
 struct KernelTable {
     const char* name;
@@ -21,7 +20,10 @@ struct KernelTable {
     void (*stream)(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc);
     // Packs B(n0 + c, k0 + kk) for c < n, kk < kc as f32 panels [ceil(n/16)][kc][16], zero-padding c >= n.
     void (*pack_b)(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, float* dst);
-    // C tile of mr <= 6 rows and nr <= 16 columns: c = fma chain over k in order, starting from C (acc) or 0.
+    // The tile of micro, micro_direct and micro_bf16: up to mr rows of A by nr columns (AVX2 6 x 16: 12 of the 16
+    // ymm registers; AVX-512 12 x 32: 24 of the 32 zmm). Columns past 16 come from the next panel (kc * 16 on).
+    int mr, nr;
+    // C tile of mr rows and nr columns: c = fma chain over k in order, starting from C (acc) or 0.
     void (*micro)(const float* const* a, int mr, int64_t k0, const float* panel, int64_t kc, float* c, int64_t ldc,
                   int nr, bool acc);
     // micro with B read in place from transposed storage, widened on the fly (no packing): B(c, k0 + kk) is
@@ -38,11 +40,21 @@ struct KernelTable {
     bool (*stream_fused)(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc);
     // Element-wise gate of one row: h[i] = round(f(g[i], u[i])) for i < n (gate.h says which f).
     void (*gate_row)(const GateOp& op, const float* g, const float* u, int64_t n, float* h);
+    // bf16 B against A whose every value is a bf16 (vdpbf16ps; null in tables without AVX512_BF16). rows_bf16: A's
+    // rows as bf16 (dst[r*ldd + k], ldd even, zero past K up to even), false when some value is not a bf16.
+    // pack_b_bf16: B as panels [ceil(n/16)][ceil(kc/2)][16] of k pairs (k0 + 2j low, k0 + 2j + 1 high, zeros past n and
+    // kc), k0 even. micro_bf16: the tile on them (A row r at a + r*lda), each element summed in pair order, the odd k
+    // of each pair first (gemm_avx512.cpp), from C (acc) or 0.
+    bool (*rows_bf16)(const float* const* a, int64_t m, int64_t K, uint16_t* dst, int64_t ldd);
+    void (*pack_b_bf16)(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, uint32_t* dst);
+    void (*micro_bf16)(const uint16_t* a, int64_t lda, int mr, int64_t k0, const uint32_t* panel, int64_t kc, float* c,
+                       int64_t ldc, int nr, bool acc);
 };
 
-const KernelTable& kernels();         // the best table for this CPU
-const KernelTable& scalar_kernels();  // portable (any CPU)
-const KernelTable* avx2_kernels();    // null when the CPU lacks AVX2, FMA or F16C
-const KernelTable* avx512_kernels();  // null when it also lacks AVX-512 F, BW, VL, DQ or VBMI
+const KernelTable& kernels();              // the best table for this CPU (or MOEX_CPU_KERNELS's)
+const KernelTable& scalar_kernels();       // portable (any CPU)
+const KernelTable* avx2_kernels();         // null when the CPU lacks AVX2, FMA or F16C
+const KernelTable* avx512_kernels();       // null when it also lacks AVX-512 F, BW, VL, DQ or VBMI
+const KernelTable* avx512_bf16_kernels();  // null when it also lacks AVX512_BF16
 
 }  // namespace moex::cpu

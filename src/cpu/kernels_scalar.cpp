@@ -10,7 +10,16 @@
 namespace moex::cpu {
 
 extern const KernelTable kAvx2Table;  // gemm_avx2.cpp; its code runs only after the cpuid checks below
+// The AVX-512 kernels (gemm_avx512.cpp, stream_fused_avx512.cpp), called only after the checks below.
 bool stream_fused_avx512(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc);
+void micro_avx512(const float* const* a, int mr, int64_t k0, const float* panel, int64_t kc, float* c, int64_t ldc,
+                  int nr, bool acc);
+void micro_direct_avx512(const float* const* a, int mr, int64_t k0, const WeightMat& b, int64_t kc, float* c,
+                         int64_t ldc, int nr, bool acc);
+bool rows_bf16_avx512(const float* const* a, int64_t m, int64_t K, uint16_t* dst, int64_t ldd);
+void pack_b_bf16_avx512(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, uint32_t* dst);
+void micro_bf16_avx512(const uint16_t* a, int64_t lda, int mr, int64_t k0, const uint32_t* panel, int64_t kc, float* c,
+                       int64_t ldc, int nr, bool acc);
 
 namespace {
 
@@ -73,8 +82,16 @@ void dequant_scalar(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, float
         for (int64_t kk = 0; kk < kc; ++kk) dst[r * ldd + kk] = quant_elem(b, r, k0 + kk);
 }
 
-const KernelTable kScalarTable{"scalar",       stream_scalar, pack_b_scalar,  micro_scalar, micro_direct_scalar,
-                               dequant_scalar, nullptr,       gate_row_scalar};
+const KernelTable kScalarTable{.name = "scalar",
+                               .stream = stream_scalar,
+                               .pack_b = pack_b_scalar,
+                               .mr = 6,
+                               .nr = kNr,
+                               .micro = micro_scalar,
+                               .micro_direct = micro_direct_scalar,
+                               .dequant = dequant_scalar,
+                               .stream_fused = nullptr,
+                               .gate_row = gate_row_scalar};
 
 }  // namespace
 
@@ -90,7 +107,7 @@ const KernelTable* avx2_kernels() {
 #endif
 }
 
-// The AVX2 table with the AVX-512 decode GEMV: its outputs have the AVX2 table's bits, only faster.
+// The AVX2 table with the AVX-512 f32 tile (12 x 32: the AVX2 tile's fma chains, so its bits) and decode GEMV.
 const KernelTable* avx512_kernels() {
 #if defined(__x86_64__) || defined(__i386__)
     static const bool ok = avx2_kernels() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -99,6 +116,8 @@ const KernelTable* avx512_kernels() {
     static const KernelTable table = [] {
         KernelTable t = kAvx2Table;
         t.name = "avx512";
+        t.mr = 12, t.nr = 2 * kNr;
+        t.micro = micro_avx512, t.micro_direct = micro_direct_avx512;
         t.stream_fused = stream_fused_avx512;
         return t;
     }();
@@ -108,15 +127,36 @@ const KernelTable* avx512_kernels() {
 #endif
 }
 
-// MOEX_CPU_KERNELS=scalar|avx2|avx512 caps the table at that one (to test each on one machine, or compare them);
-// a table this CPU lacks gives the best one below it.
+// The AVX-512 table plus the vdpbf16ps tile for bf16 weights against bf16-valued rows (other bits than f32's).
+// Only by MOEX_CPU_KERNELS=avx512_bf16 (kernels() says why).
+const KernelTable* avx512_bf16_kernels() {
+#if defined(__x86_64__) || defined(__i386__)
+    static const bool ok = avx512_kernels() && __builtin_cpu_supports("avx512bf16");
+    static const KernelTable table = [] {
+        KernelTable t = *avx512_kernels();
+        t.name = "avx512_bf16";
+        t.rows_bf16 = rows_bf16_avx512, t.pack_b_bf16 = pack_b_bf16_avx512, t.micro_bf16 = micro_bf16_avx512;
+        return t;
+    }();
+    return ok ? &table : nullptr;
+#else
+    return nullptr;
+#endif
+}
+
+// MOEX_CPU_KERNELS=scalar|avx2|avx512 caps the table at that one (to test each on one machine, or compare them); a
+// table this CPU lacks gives the best one below it. avx512_bf16 opts into the vdpbf16ps tile, never chosen by
+// itself: on the Xeon of bench/RESULTS.md M vdpbf16ps issues 1.3 G/s against 5.2 G/s for vfmadd231ps, so its bf16
+// pairs give half the AVX-512 f32 tile's products per second there.
 const KernelTable& kernels() {
     static const KernelTable* best = [] {
         const char* env = std::getenv("MOEX_CPU_KERNELS");
         const std::string_view force = env ? env : "";
         if (force == "scalar") return &kScalarTable;
-        if (force != "avx2" && avx512_kernels()) return avx512_kernels();
-        return avx2_kernels() ? avx2_kernels() : &kScalarTable;
+        const KernelTable* t = force == "avx512_bf16" ? avx512_bf16_kernels() : nullptr;
+        if (t == nullptr && force != "avx2") t = avx512_kernels();
+        if (t == nullptr) t = avx2_kernels();
+        return t ? t : &kScalarTable;
     }();
     return *best;
 }

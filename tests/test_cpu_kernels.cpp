@@ -1,0 +1,185 @@
+// The CPU kernel tables against each other on one machine (src/cpu/kernels.h): every GEMM path of the AVX-512 f32
+// tile has the AVX2 table's bits, the vdpbf16ps tile the bits of its documented order, and both tile tails work.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "moex/dtype.h"
+#include "src/cpu/config.h"
+#include "src/cpu/gemm.h"
+#include "src/cpu/kernels.h"
+
+namespace moex::cpu {
+namespace {
+
+struct Case {
+    int64_t m, n, K;
+    bool transposed;
+};
+
+// m covers the stream (<= 24 rows; transposed <= 4), direct (transposed <= 48) and packed paths and every tile tail
+// (12 + 5 rows, 32 + 16 + 7 columns); K covers the k blocks (256, 64) and odd tails.
+const Case kCases[] = {{3, 40, 70, false}, {30, 55, 300, false}, {29, 32, 513, false}, {64, 200, 256, false},
+                       {3, 40, 70, true},  {17, 55, 130, true},  {53, 71, 129, true},  {100, 600, 33, true},
+                       {13, 1, 5, false},  {25, 17, 1, false}};
+
+struct Operands {
+    std::vector<float> a;    // (m, K)
+    std::vector<uint8_t> b;  // (n, K) or (K, n) in dtype
+    std::vector<const float*> rows;
+    WeightMat w;
+};
+
+// A of bf16 values (bf16_rows) or of arbitrary floats, B random in dtype; uniform data, so no subnormal products.
+Operands make(const Case& c, DType dt, bool bf16_rows, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    Operands o;
+    o.a.resize(size_t(c.m * c.K));
+    for (float& v : o.a) v = bf16_rows ? bf16_to_f32(f32_to_bf16(u(rng))) : u(rng);
+    const int64_t es = dtype_size(dt);
+    o.b.resize(size_t(c.n * c.K * es));
+    for (int64_t i = 0; i < c.n * c.K; ++i) {
+        const float v = 0.05f * u(rng);
+        if (dt == DType::kF32) std::memcpy(o.b.data() + i * 4, &v, 4);
+        const uint16_t h = dt == DType::kBF16 ? f32_to_bf16(v) : f32_to_f16(v);
+        if (dt != DType::kF32) std::memcpy(o.b.data() + i * 2, &h, 2);
+    }
+    for (int64_t r = 0; r < c.m; ++r) o.rows.push_back(o.a.data() + r * c.K);
+    o.w = WeightMat{o.b.data(), dt, c.transposed, c.transposed ? c.n : c.K, c.K};
+    return o;
+}
+
+std::vector<float> run(const KernelTable& kt, const Operands& o, const Case& c) {
+    std::vector<float> out(size_t(c.m * c.n), std::nanf(""));
+    gemm_rows(kt, o.rows.data(), c.m, o.w, c.n, out.data(), c.n);
+    return out;
+}
+
+float elem(const Operands& o, const Case& c, int64_t j, int64_t k) {
+    const int64_t i = c.transposed ? k * c.n + j : j * c.K + k;
+    uint16_t h;
+    std::memcpy(&h, o.b.data() + i * 2, 2);
+    return bf16_to_f32(h);
+}
+
+// The vdpbf16ps tile's order: pairs j in increasing order, in each the odd k first, every product exact in f32 and
+// each addition rounded once (A and B zero past K).
+float bf16_pair_order(const Operands& o, const Case& c, int64_t r, int64_t j) {
+    float s = 0.0f;
+    for (int64_t k = 0; k < c.K; k += 2) {
+        const float odd = k + 1 < c.K ? o.a[size_t(r * c.K + k + 1)] * elem(o, c, j, k + 1) : 0.0f;
+        s += odd;
+        s += o.a[size_t(r * c.K + k)] * elem(o, c, j, k);
+    }
+    return s;
+}
+
+void expect_same_bits(const std::vector<float>& x, const std::vector<float>& y, const char* what) {
+    ASSERT_EQ(x.size(), y.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+        uint32_t bx, by;
+        std::memcpy(&bx, &x[i], 4), std::memcpy(&by, &y[i], 4);
+        ASSERT_EQ(bx, by) << what << ": element " << i << ": " << x[i] << " vs " << y[i];
+    }
+}
+
+TEST(CpuKernels, Avx512F32TileHasTheAvx2Bits) {
+    const KernelTable* avx2 = avx2_kernels();
+    const KernelTable* avx512 = avx512_kernels();
+    if (avx2 == nullptr || avx512 == nullptr) GTEST_SKIP() << "this CPU has no AVX-512 F/BW/VL/DQ/VBMI";
+    for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
+        for (const Case& c : kCases) {
+            SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " m " << c.m << " n " << c.n << " K " << c.K
+                                              << (c.transposed ? " transposed" : " rows"));
+            const Operands o = make(c, dt, false, uint64_t(c.m * 1000 + c.K));
+            expect_same_bits(run(*avx2, o, c), run(*avx512, o, c), "avx512 vs avx2");
+        }
+}
+
+TEST(CpuKernels, Bf16TileSumsInPairOrder) {
+    const KernelTable* t = avx512_bf16_kernels();
+    if (t == nullptr) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+    for (const Case& c : kCases) {
+        SCOPED_TRACE(::testing::Message()
+                     << "m " << c.m << " n " << c.n << " K " << c.K << (c.transposed ? " transposed" : " rows"));
+        const Operands o = make(c, DType::kBF16, true, uint64_t(c.n * 1000 + c.K));
+        const std::vector<float> got = run(*t, o, c);
+        if (choose_path(c.m, c.transposed) == GemmPath::kStream) {  // decode keeps the f32 GEMV
+            expect_same_bits(got, run(*avx512_kernels(), o, c), "bf16 table decode vs avx512");
+            continue;
+        }
+        std::vector<float> want(got.size());
+        for (int64_t r = 0; r < c.m; ++r)
+            for (int64_t j = 0; j < c.n; ++j) want[size_t(r * c.n + j)] = bf16_pair_order(o, c, r, j);
+        expect_same_bits(got, want, "vdpbf16ps tile vs its pair order");
+    }
+}
+
+TEST(CpuKernels, Bf16TableKeepsF32RowsOnTheF32Tile) {
+    const KernelTable* t = avx512_bf16_kernels();
+    if (t == nullptr) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+    for (const Case& c : kCases) {
+        SCOPED_TRACE(::testing::Message() << "m " << c.m << " n " << c.n << " K " << c.K);
+        const Operands o = make(c, DType::kBF16, false, 7);  // rows that are not bf16 values: rounding them is wrong
+        expect_same_bits(run(*t, o, c), run(*avx512_kernels(), o, c), "bf16 table, f32 rows vs avx512");
+    }
+}
+
+TEST(CpuKernels, EveryTableNearTheFloat64Product) {
+    const KernelTable* tables[] = {&scalar_kernels(), avx2_kernels(), avx512_kernels(), avx512_bf16_kernels()};
+    for (const KernelTable* t : tables) {
+        if (t == nullptr) continue;
+        for (DType dt : {DType::kF32, DType::kBF16})
+            for (const Case& c : kCases) {
+                SCOPED_TRACE(::testing::Message()
+                             << t->name << " " << dtype_name(dt) << " m " << c.m << " n " << c.n << " K " << c.K);
+                const Operands o = make(c, dt, true, 11);
+                const std::vector<float> got = run(*t, o, c);
+                for (int64_t r = 0; r < c.m; ++r)
+                    for (int64_t j = 0; j < c.n; ++j) {
+                        double want = 0, mag = 0;
+                        for (int64_t k = 0; k < c.K; ++k) {
+                            const int64_t i = c.transposed ? k * c.n + j : j * c.K + k;
+                            float w;
+                            if (dt == DType::kF32) {
+                                std::memcpy(&w, o.b.data() + i * 4, 4);
+                            } else {
+                                uint16_t h;
+                                std::memcpy(&h, o.b.data() + i * 2, 2);
+                                w = bf16_to_f32(h);
+                            }
+                            want += double(o.a[size_t(r * c.K + k)]) * w;
+                            mag += std::fabs(double(o.a[size_t(r * c.K + k)]) * w);
+                        }
+                        ASSERT_NEAR(got[size_t(r * c.n + j)], want, 1e-5 * mag + 1e-30) << "r " << r << " j " << j;
+                    }
+            }
+    }
+}
+
+// MOEX_CPU_KERNELS (tests/CMakeLists.txt reruns tests under each value) selects that table where the CPU has it,
+// avx512_bf16 included (it is never chosen without being asked for).
+TEST(CpuKernels, ForcedTableIsTheOneThatRuns) {
+    const char* force = std::getenv("MOEX_CPU_KERNELS");
+    const std::string want = force ? force : "";
+    if (want.empty()) {
+        EXPECT_STRNE(kernels().name, "avx512_bf16") << "the vdpbf16ps table is opt-in";
+        return;
+    }
+    const KernelTable* t = want == "scalar"        ? &scalar_kernels()
+                           : want == "avx2"        ? avx2_kernels()
+                           : want == "avx512"      ? avx512_kernels()
+                           : want == "avx512_bf16" ? avx512_bf16_kernels()
+                                                   : nullptr;
+    if (t == nullptr) GTEST_SKIP() << "this CPU has no " << want;
+    EXPECT_EQ(&kernels(), t);
+}
+
+}  // namespace
+}  // namespace moex::cpu
