@@ -69,11 +69,59 @@ __attribute__((target("avx2"))) double sum_avx2(const float* p, int64_t n) {
     return total;
 }
 
+// The AVX-512 reads: 16 floats (one cache line) per load and stream. kNonTemporal uses vmovntdqa (a hint the core
+// may drop on write-back memory), kPrefetch adds a prefetchnta 2 KiB ahead in every stream: which of them, and how
+// many streams, reach DRAM's limit differs by core and by load, so the floor takes the best of all of them.
+enum class Read { kPlain, kNonTemporal, kPrefetch };
+template <int S, Read R>
+__attribute__((target("avx512f"))) double sum_avx512(const float* p, int64_t n) {
+    const int64_t m = n / S;
+    __m512 acc[S];
+    for (int s = 0; s < S; ++s) acc[s] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < m; i += 16)
+        for (int s = 0; s < S; ++s) {
+            const float* q = p + s * m + i;
+            if constexpr (R == Read::kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(q + 512), _MM_HINT_NTA);
+            __m512 v;
+            if constexpr (R == Read::kNonTemporal)
+                v = _mm512_castsi512_ps(_mm512_stream_load_si512(const_cast<float*>(q)));
+            else
+                v = _mm512_load_ps(q);
+            acc[s] = _mm512_add_ps(acc[s], v);
+        }
+    double total = 0;
+    for (int s = 0; s < S; ++s) total += _mm512_reduce_add_ps(acc[s]);
+    return total;
+}
+
 double sum_scalar(const float* p, int64_t n) {
     float a[8] = {};
     for (int64_t i = 0; i + 8 <= n; i += 8)
         for (int j = 0; j < 8; ++j) a[j] += p[i + j];
     return double(a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7]);
+}
+
+struct ReadKernel {
+    const char* what;
+    double (*sum)(const float* p, int64_t n);  // n a multiple of 128 (16 lanes x 8 streams), p 64-byte aligned
+};
+
+// The read kernels this CPU can run.
+std::vector<ReadKernel> read_kernels() {
+    std::vector<ReadKernel> k;
+    if (__builtin_cpu_supports("avx512f")) {
+        k.push_back({"avx512 x1", sum_avx512<1, Read::kPlain>});
+        k.push_back({"avx512 x4", sum_avx512<4, Read::kPlain>});
+        k.push_back({"avx512 x8", sum_avx512<8, Read::kPlain>});
+        k.push_back({"avx512 vmovntdqa x8", sum_avx512<8, Read::kNonTemporal>});
+        k.push_back({"avx512 prefetchnta x8", sum_avx512<8, Read::kPrefetch>});
+    }
+    if (__builtin_cpu_supports("avx2")) {
+        k.push_back({"avx2 x1", sum_avx2<1>});
+        k.push_back({"avx2 x8", sum_avx2<8>});
+    }
+    if (k.empty()) k.push_back({"scalar", sum_scalar});
+    return k;
 }
 
 // Runs fn(thread, begin, end) over [0, n) split in `threads` 4 KiB-aligned slices, on fresh std::threads.
@@ -171,10 +219,18 @@ CpuInfo probe_cpu() {
     for (const auto& [name, on] : flags)
         if (on) c.isa += (c.isa.empty() ? "" : " ") + std::string(name);
     if (!__builtin_cpu_supports("avx512f")) c.isa += " (no AVX-512)";
+    const std::string_view table = cpu::gemm_kernels();
+    c.kernels = std::string(table) +
+                (table == "avx512_bf16" ? " (prefill: vdpbf16ps 12x32 tile for bf16, AVX-512F 12x32 f32 tile for f32 "
+                                          "and f16; decode: AVX2 GEMV, AVX-512 quantized GEMV)"
+                 : table == "avx512"    ? " (prefill: AVX-512F 12x32 f32 tile; decode: AVX2 GEMV, AVX-512 quantized "
+                                          "GEMV)"
+                 : table == "avx2"      ? " (prefill: AVX2 6x16 f32 tile; decode: AVX2 GEMV)"
+                                        : " (portable C++)");
     return c;
 }
 
-double measure_read_bandwidth(int threads, int64_t bytes, int tries) {
+ReadBandwidth measure_read_bandwidth(int threads, int64_t bytes, int tries) {
     const int64_t unit = int64_t(threads) * 8 * 1024;  // whole 4 KiB pages per thread, 8-stream divisible
     const int64_t n = std::max<int64_t>(1, bytes / 4 / unit) * unit;
     Tensor buf(DType::kF32, {n});
@@ -182,29 +238,34 @@ double measure_read_bandwidth(int threads, int64_t bytes, int tries) {
     parallel_slices(threads, n, [&](int, int64_t b, int64_t e) {  // first touch by the reading threads
         for (int64_t i = b; i < e; ++i) p[i] = 1.0f;
     });
-    const bool avx2 = __builtin_cpu_supports("avx2");
-    std::vector<double> sums(static_cast<size_t>(threads));
-    double best = 1e30;
-    for (int i = 0; i < 2 * tries; ++i) {  // alternate 1 and 8 streams per thread; keep the fastest
-        const bool many = i % 2 == 1;
-        const auto t0 = std::chrono::steady_clock::now();
-        parallel_slices(threads, n, [&](int w, int64_t b, int64_t e) {
-            sums[size_t(w)] = !avx2  ? sum_scalar(p + b, e - b)
-                              : many ? sum_avx2<8>(p + b, e - b)
-                                     : sum_avx2<1>(p + b, e - b);
-        });
-        best = std::min(best, seconds_since(t0));
-    }
+    const std::vector<ReadKernel> kernels = read_kernels();
+    std::vector<double> sums(static_cast<size_t>(threads)), best(kernels.size(), 1e30);
+    for (int i = 0; i < tries; ++i)  // round-robin, so a burst of load from elsewhere hits every kernel alike
+        for (size_t k = 0; k < kernels.size(); ++k) {
+            const auto t0 = std::chrono::steady_clock::now();
+            parallel_slices(threads, n,
+                            [&](int w, int64_t b, int64_t e) { sums[size_t(w)] = kernels[k].sum(p + b, e - b); });
+            best[k] = std::min(best[k], seconds_since(t0));
+        }
     double total = 0;  // keep the sums alive so the loads cannot be optimised away
     for (double s : sums) total += s;
     if (total < 0) std::abort();
-    return double(n) * 4.0 / best * 1e-9;
+    ReadBandwidth r;
+    for (size_t k = 0; k < kernels.size(); ++k) {
+        const double gbps = double(n) * 4.0 / best[k] * 1e-9;
+        r.all += fmt::format("{}{} {:.1f}", r.all.empty() ? "" : ", ", kernels[k].what, gbps);
+        if (gbps > r.gbps) r.gbps = gbps, r.best = kernels[k].what;
+    }
+    return r;
 }
 
 MachineFloor measure_floor(int threads, DType weight_dtype, int64_t read_bytes, int64_t gemm_n) {
     MachineFloor f;
     f.read_buffer_bytes = read_bytes;
-    f.read_gbps = measure_read_bandwidth(threads, read_bytes, 5);
+    const ReadBandwidth rb = measure_read_bandwidth(threads, read_bytes, 5);
+    f.read_gbps = rb.gbps;
+    f.read_what =
+        fmt::format("best of 5 passes of each read kernel (xS: S streams per thread): {}; all: {}", rb.best, rb.all);
     f.gemm_size = gemm_n;
 
     const int64_t n = gemm_n;

@@ -16,6 +16,7 @@ struct CpuInfo {
     int64_t llc_bytes = 0;   // last-level cache size
     std::string llc_source;  // where llc_bytes came from
     std::string isa;         // e.g. "avx2 fma f16c" or "avx2 fma f16c avx512f avx512bf16"
+    std::string kernels;     // the CPU kernel table every CPU backend runs (src/cpu/kernels.h), e.g. "avx512_bf16"
 };
 CpuInfo probe_cpu();
 
@@ -27,7 +28,7 @@ struct GemmRate {
 struct MachineFloor {
     double read_gbps = 0;  // best multithreaded streaming read, 1e9 bytes/s
     int64_t read_buffer_bytes = 0;
-    std::string read_what;        // where read_gbps came from when it was not measured here (CUDA, --peak-gbps)
+    std::string read_what;        // where read_gbps came from: the best read kernel, CUDA's measurement, --peak-gbps
     std::vector<GemmRate> gemms;  // every dense GEMM measured; the floor uses the fastest
     double gemm_gflops = 0;
     std::string gemm_best;
@@ -35,8 +36,14 @@ struct MachineFloor {
     std::vector<std::string> notes;  // what could not be measured, and why
 };
 
-// Best of `tries` multithreaded AVX2 (or scalar) reads of a `bytes`-sized buffer, in 1e9 bytes/s.
-double measure_read_bandwidth(int threads, int64_t bytes, int tries);
+// Multithreaded reads of a `bytes`-sized buffer by every read kernel this CPU runs (AVX-512 and AVX2, 1 to 8 streams
+// per thread, plain, vmovntdqa and prefetchnta loads), `tries` passes each: the best, in 1e9 bytes/s.
+struct ReadBandwidth {
+    double gbps = 0;
+    std::string best;  // the kernel that reached it
+    std::string all;   // "kernel GB/s" of each kernel
+};
+ReadBandwidth measure_read_bandwidth(int threads, int64_t bytes, int tries);
 
 // Memory bandwidth plus dense C = A·Bᵀ GEMM at n×n×n: OpenBLAS cblas_sgemm (loaded with dlopen, so the program
 // does not depend on it), moex::cpu::dense_gemm with f32 weights and with `weight_dtype` weights.

@@ -54,7 +54,7 @@ Json result_json(const Row& r, const Derived& d) {
               {"device", std::string(device_name(r.device))}};
     if (r.result.min_us > 0) j["min_us"] = r.result.min_us;
     if (!r.result.check.empty()) j["check"] = r.result.check, j["check_ok"] = r.result.check_ok;
-    if (d.floor_us > 0) j["floor_us"] = d.floor_us, j["x_floor"] = d.x_floor;
+    if (d.floor_us > 0) j["floor_us"] = d.floor_us, j["x_floor"] = d.x_floor, j["below_floor"] = d.x_floor < 1;
     if (d.llama_layer_us) {
         j["llama_layer_us"] = *d.llama_layer_us;
         j["llama_weights"] = d.llama_weights;
@@ -126,6 +126,7 @@ void Reporter::header(const CpuInfo& cpu, const MachineFloor& f, const BenchConf
               {"hardware_threads", cpu.hardware_threads},
               {"threads", c.threads},
               {"isa", cpu.isa},
+              {"cpu_kernels", cpu.kernels},
               {"device", std::string(device_name(c.device))},
               {"graph", c.graph},
               {"llc_bytes", c.llc_bytes},
@@ -152,6 +153,7 @@ void Reporter::text_header(const CpuInfo& cpu, const MachineFloor& f, const Benc
     line(fmt::format("moex bench: {}", cmd));
     line(fmt::format("host: {} | {} hardware threads, {} used | LLC {} MiB ({}) | {}", cpu.model, cpu.hardware_threads,
                      c.threads, cpu.llc_bytes >> 20, cpu.llc_source, cpu.isa));
+    if (c.device == Device::kCPU) line(fmt::format("CPU kernels of every CPU backend: {}", cpu.kernels));
     line(fmt::format("device: {}{} | {}{} | weights rotated past a {} MiB cache", device_name(c.device),
                      c.graph ? " (CUDA-graph replay)" : "", dtype_name(c.dtype),
                      c.quant == QuantFormat::kNone
@@ -161,10 +163,8 @@ void Reporter::text_header(const CpuInfo& cpu, const MachineFloor& f, const Benc
                      c.llc_bytes >> 20));
     line("floor terms:");
     if (f.read_buffer_bytes > 0)
-        line(
-            fmt::format("  memory read bandwidth  {:7.1f} GB/s  measured: {} threads, AVX2 loads over a {} MiB buffer, "
-                        "best of 5",
-                        f.read_gbps, c.threads, f.read_buffer_bytes >> 20));
+        line(fmt::format("  memory read bandwidth  {:7.1f} GB/s  measured: {} threads over a {} MiB buffer, {}",
+                         f.read_gbps, c.threads, f.read_buffer_bytes >> 20, f.read_what));
     else if (f.read_gbps > 0)
         line(fmt::format("  memory bandwidth  {:.1f} GB/s  {}", f.read_gbps, f.read_what));
     for (const auto& g : f.gemms)
@@ -230,6 +230,7 @@ void Reporter::row(const Row& r, const MachineFloor& floor) {
 void Reporter::text_row(const Row& r, const Derived& d) {
     std::string reps = r.result.warmup_only ? "1 (warm-up)" : std::to_string(r.result.reps);
     if (!r.result.output_ok) reps += "  OUTPUT HAS NaN";
+    if (d.floor_us > 0 && d.x_floor < 1) reps += "  BELOW THE FLOOR";  // a floor term was measured too low
     const std::string x_floor = d.floor_us > 0 ? fmt::format("{:.2f}", d.x_floor) : "—";
     if (r.device == Device::kCPU) {
         const std::string llama =
