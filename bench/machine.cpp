@@ -220,13 +220,15 @@ CpuInfo probe_cpu() {
         if (on) c.isa += (c.isa.empty() ? "" : " ") + std::string(name);
     if (!__builtin_cpu_supports("avx512f")) c.isa += " (no AVX-512)";
     const std::string_view table = cpu::gemm_kernels();
-    c.kernels = std::string(table) +
-                (table == "avx512_bf16" ? " (prefill: vdpbf16ps 12x32 tile for bf16, AVX-512F 12x32 f32 tile for f32 "
-                                          "and f16; decode: AVX2 GEMV, AVX-512 quantized GEMV)"
-                 : table == "avx512"    ? " (prefill: AVX-512F 12x32 f32 tile; decode: AVX2 GEMV, AVX-512 quantized "
-                                          "GEMV)"
-                 : table == "avx2"      ? " (prefill: AVX2 6x16 f32 tile; decode: AVX2 GEMV)"
-                                        : " (portable C++)");
+    // What the experts' GEMMs run in each table (src/cpu/kernels.h).
+    const char* what =
+        table == "avx512_bf16" ? "prefill: vdpbf16ps 12x32 tile for bf16, AVX-512F 12x32 f32 tile otherwise; decode: "
+                                 "AVX-512 GEMV (AVX2 for 1 row and transposed weights), AVX-512 quantized GEMV"
+        : table == "avx512"    ? "prefill: AVX-512F 12x32 f32 tile; decode: AVX-512 GEMV (AVX2 for 1 row and "
+                                 "transposed weights), AVX-512 quantized GEMV"
+        : table == "avx2"      ? "prefill: AVX2 6x16 f32 tile; decode: AVX2 GEMV"
+                               : "portable C++";
+    c.kernels = fmt::format("{} ({})", table, what);
     return c;
 }
 

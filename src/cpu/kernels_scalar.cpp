@@ -12,6 +12,7 @@ namespace moex::cpu {
 extern const KernelTable kAvx2Table;  // gemm_avx2.cpp; its code runs only after the cpuid checks below
 // The AVX-512 kernels (gemm_avx512.cpp, stream_fused_avx512.cpp), called only after the checks below.
 bool stream_fused_avx512(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc);
+void stream_avx512(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc);
 void micro_avx512(const float* const* a, int mr, int64_t k0, const float* panel, int64_t kc, float* c, int64_t ldc,
                   int nr, bool acc);
 void micro_direct_avx512(const float* const* a, int mr, int64_t k0, const WeightMat& b, int64_t kc, float* c,
@@ -107,7 +108,8 @@ const KernelTable* avx2_kernels() {
 #endif
 }
 
-// The AVX2 table with the AVX-512 f32 tile (12 x 32: the AVX2 tile's fma chains, so its bits) and decode GEMV.
+// The AVX2 table with the AVX-512 f32 tile (12 x 32: the AVX2 tile's fma chains, so its bits), the AVX-512 decode
+// GEMV (two rows of B per zmm, each half the AVX2 dot kernel's lanes: its bits) and quantized decode GEMV.
 const KernelTable* avx512_kernels() {
 #if defined(__x86_64__) || defined(__i386__)
     static const bool ok = avx2_kernels() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -117,7 +119,7 @@ const KernelTable* avx512_kernels() {
         KernelTable t = kAvx2Table;
         t.name = "avx512";
         t.mr = 12, t.nr = 2 * kNr;
-        t.micro = micro_avx512, t.micro_direct = micro_direct_avx512;
+        t.stream = stream_avx512, t.micro = micro_avx512, t.micro_direct = micro_direct_avx512;
         t.stream_fused = stream_fused_avx512;
         return t;
     }();
