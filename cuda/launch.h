@@ -13,8 +13,9 @@ namespace moex::cuda {
 
 enum class Algo : int32_t {
     kEager,  // route on the device, read the row ranges back (host sync), cuBLAS per hit expert (no quantized weights)
-    kBatched,  // decode: routing + 2 projection kernels, weights streamed once, no host sync
-    kGrouped,  // prefill: routing, gather, 2 grouped GEMMs, combine; no host sync
+    kBatched,   // decode: routing + 2 projection kernels, weights streamed once, no host sync
+    kGrouped,   // prefill: routing, gather, 2 grouped GEMMs, combine; no host sync
+    kDeepGemm,  // kGrouped on the sm_90a TMA kernels only (FP8 x FP8, FP4 dequantized to bf16); no host sync
 };
 
 // One experts call; all tensors contiguous and on the current device. Letters: T tokens, H hidden,

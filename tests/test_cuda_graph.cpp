@@ -93,6 +93,8 @@ std::vector<GraphCase> graph_cases() {
         cases.push_back({b, 33, 40, 24, 8, 2, ungated_f32});   // f32, ungated
     }
     cases.push_back({"batched_mm", 5, 64, 48, 8, 2, plain_bf16, false});  // the same without PDL edges
+    cases.push_back({"deepgemm", 5, 128, 128, 8, 2, plain_bf16});         // the TMA kernels, decode
+    cases.push_back({"deepgemm", 2100, 64, 48, 8, 2, plain_bf16});        // multi-kernel routing
     return cases;
 }
 

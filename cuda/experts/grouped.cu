@@ -2,6 +2,8 @@
 // (gate epilogue, bias) -> grouped GEMM down (bias, row_scale = routing weight, f32 out) -> combine in token order.
 // Quantized activations are rounded after the gather and after the up GEMM (e4m3 bytes for the FP8 kernel).
 // No host sync: every size the host needs is a bound (P = S + min(E, S) * 127), so the call is graph-capturable.
+#include <string>
+
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
 #include "cuda/experts/pipelines.h"
@@ -9,7 +11,10 @@
 
 namespace moex::cuda {
 
-void run_grouped(const ExpertsArgs& a, cudaStream_t stream) {
+void run_grouped(const ExpertsArgs& a, cudaStream_t stream) { run_grouped(a, stream, GroupedOptions{}); }
+
+void run_grouped(const ExpertsArgs& a, cudaStream_t stream, const GroupedOptions& options) {
+    const bool sm90_only = options.sm90_only;
     const int64_t S = a.T * a.k, N = up_width(a), E = a.E, esize = dtype_size(a.dtype);
 
     Workspace ws(stream);
@@ -52,17 +57,33 @@ void run_grouped(const ExpertsArgs& a, cudaStream_t stream) {
                        .b_dtype = a.weight_dtype,
                        .b_scales = a.gate_up_scales,
                        .a_scales = codes ? ws.at<float>(x_scales) : nullptr,
-                       .a_fp8 = false};
+                       .a_fp8 = false,
+                       .expert_scale = options.up_expert_scale};
     GroupedGemmArgs down = up;
     down.A = ws.at<void>(h_rows), down.B = a.down_proj, down.D = ws.at<void>(y_rows), down.bias = a.down_bias;
     down.row_scale = ws.at<float>(row_scale), down.N = a.H, down.K = a.I, down.d_f32 = true;
     down.epilogue = Epilogue::kStore, down.b_scales = a.down_scales;
     down.a_scales = codes ? ws.at<float>(h_scales) : nullptr;
+    down.expert_scale = options.down_expert_scale;
     if (fp8_candidate) {  // both GEMMs on e4m3 bytes, or both on codes in the dtype
         GroupedGemmArgs up8 = up, down8 = down;
         up8.A = ws.at<void>(x8_rows), down8.A = ws.at<void>(h8_rows);
         up8.a_fp8 = down8.a_fp8 = true;
-        if (grouped_gemm_takes_fp8(up8) && grouped_gemm_takes_fp8(down8)) up = up8, down = down8;
+        if (sm90_only || (grouped_gemm_takes_fp8(up8) && grouped_gemm_takes_fp8(down8))) up = up8, down = down8;
+    }
+    // The TMA kernels only: a projection they refuse fails here, before anything is launched.
+    auto launch_gemm = [&](const GroupedGemmArgs& g) {
+        if (!sm90_only) return launch_grouped_gemm(g, stream);
+        MOEX_REQUIRE(launch_grouped_gemm_sm90(g, stream), ErrorCode::kUnsupported, "unreachable: checked above");
+    };
+    if (sm90_only) {
+        for (const GroupedGemmArgs* g : {&up, &down}) {
+            const char* why = sm90_refusal(*g);
+            MOEX_REQUIRE(why == nullptr, ErrorCode::kUnsupported,
+                         std::string("deepgemm: the sm_90a TMA grouped GEMM cannot run the ") +
+                             (g == &up ? "up" : "down") + " projection: " + (why ? why : "") +
+                             " (grouped_mm runs it on its portable kernel)");
+        }
     }
 
     launch_routing(r, stream);
@@ -77,14 +98,14 @@ void run_grouped(const ExpertsArgs& a, cudaStream_t stream) {
         launch_act_quant(q, stream);
     };
     if (quantizes_activations(a)) quantize_rows(true, ws.at<void>(x_rows), up);
-    launch_grouped_gemm(up, stream);
+    launch_gemm(up);
 
     if (!a.has_gate) {  // the GEMM contract has no "act only" epilogue: activation in one row-wise pass
         launch_hidden_act(hidden_act_args(a, r, ws.at<float>(u_rows), ws.at<void>(h_rows), P, a.I, nullptr, false),
                           stream);
     }
     if (quantizes_activations(a)) quantize_rows(false, ws.at<void>(h_rows), down);
-    launch_grouped_gemm(down, stream);
+    launch_gemm(down);
 
     launch_combine(combine_args(a, ws.at<float>(y_rows), r.slot_row, /*weighted=*/false), stream);
 }

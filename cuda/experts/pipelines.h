@@ -18,6 +18,19 @@ namespace moex::cuda {
 void run_eager(const ExpertsArgs& a, cudaStream_t stream);    // may synchronise the host (reads counts back)
 void run_batched(const ExpertsArgs& a, cudaStream_t stream);  // decode: 1 routing + 2 projection launches
 void run_grouped(const ExpertsArgs& a, cudaStream_t stream);  // prefill: routing, gather, 2 grouped GEMMs, combine
+// deepgemm: the grouped pipeline on the sm_90a TMA kernels only (FP8 x FP8 for FP8 weights, FP4 weights dequantized
+// to bf16 for the hit experts first); what those kernels cannot run is an error, never the portable kernel.
+void run_deepgemm(const ExpertsArgs& a, cudaStream_t stream);
+
+// What run_grouped may do beyond the plain grouped_mm: sm90_only keeps it on the sm_90a TMA kernels (MOEX_GEMM=portable
+// does not apply; a shape they refuse is an error), and the expert scales (E,) multiply each projection's f32
+// accumulators before the bias (nvfp4's global scale on weights decoded without it; sm_90a kernels only).
+struct GroupedOptions {
+    bool sm90_only = false;
+    const float* up_expert_scale = nullptr;
+    const float* down_expert_scale = nullptr;
+};
+void run_grouped(const ExpertsArgs& a, cudaStream_t stream, const GroupedOptions& options);
 
 inline int64_t up_width(const ExpertsArgs& a) { return a.has_gate ? 2 * a.I : a.I; }
 

@@ -1,5 +1,5 @@
 // run_experts: checks the plain ExpertsArgs (the host validated the problem; these guard the kernels' own limits)
-// and dispatches to the eager, batched or grouped pipeline on the caller's stream.
+// and dispatches to the eager, batched, grouped or deepgemm pipeline on the caller's stream.
 #include <string>
 
 #include "cuda/common/check.h"
@@ -35,6 +35,7 @@ void run_experts(const ExpertsArgs& a, Algo algo, void* stream) {
         case Algo::kEager: return run_eager(a, s);
         case Algo::kBatched: return run_batched(a, s);
         case Algo::kGrouped: return run_grouped(a, s);
+        case Algo::kDeepGemm: return run_deepgemm(a, s);
     }
     fail(ErrorCode::kInvalidArgument, "run_experts: unknown algorithm");
 }

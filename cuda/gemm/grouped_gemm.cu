@@ -62,6 +62,8 @@ void launch_grouped_gemm_portable(const GroupedGemmArgs& g, void* stream) {
                  "grouped GEMM: empty N, K or E");
     MOEX_REQUIRE(g.epilogue != Epilogue::kGate || g.N % 2 == 0, ErrorCode::kInvalidArgument,
                  "grouped GEMM: the gate epilogue needs an even N");
+    MOEX_REQUIRE(g.expert_scale == nullptr, ErrorCode::kUnsupported,
+                 "grouped GEMM: per-expert accumulator scales are an sm_90a kernel feature");
     if (g.max_m_tiles == 0) return;
     const cudaStream_t s = as_stream(stream);
     switch (g.dtype) {

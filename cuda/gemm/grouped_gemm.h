@@ -43,6 +43,8 @@ struct GroupedGemmArgs {
     WeightScales b_scales;
     const float* a_scales;
     bool a_fp8;  // A holds (P, K) e4m3 bytes (with a_scales): only the sm_90a FP8 kernel takes it
+    // (E,) or nullptr: multiplies expert e's f32 accumulators before the bias (sm_90a kernel only).
+    const float* expert_scale = nullptr;
 };
 
 // MOEX_GEMM=portable: the portable kernel for everything it can run (the GPU check runs every test through both).
@@ -54,6 +56,8 @@ void launch_grouped_gemm(const GroupedGemmArgs& args, void* stream);
 bool grouped_gemm_takes_fp8(const GroupedGemmArgs& args);
 // The Hopper kernel alone (bf16/f16; K % 8 == 0, N % 8 == 0); returns false when the shape is not supported.
 bool launch_grouped_gemm_sm90(const GroupedGemmArgs& args, void* stream);
+// Why the sm_90a kernel cannot run these arguments on the current device (nullptr: it can), whatever MOEX_GEMM says.
+const char* sm90_refusal(const GroupedGemmArgs& args);
 // The portable kernel (any dtype, any K/N; slower): correctness fallback and f32 path.
 void launch_grouped_gemm_portable(const GroupedGemmArgs& args, void* stream);
 

@@ -111,6 +111,7 @@ bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStrea
     }
     p.epi.bias = a.bias;
     p.epi.row_scale = a.row_scale;
+    p.epi.expert_scale = a.expert_scale;
     p.epi.P = static_cast<int32_t>(P);
     p.epi.N = static_cast<int32_t>(N);
     p.epi.n_half = static_cast<int32_t>(N / 2);
@@ -183,6 +184,11 @@ bool launch_grouped_gemm_sm90_with(const GroupedGemmArgs& args, const Sm90GemmCo
     const DeviceState& dev = device_state();
     if (!dev.sm90 || config.why_not != nullptr || sm90_why_not(args) != nullptr) return false;
     return launch_checked(args, config, dev, stream);
+}
+
+const char* sm90_refusal(const GroupedGemmArgs& args) {
+    if (!device_state().sm90) return "the device is not an sm_90 (Hopper) GPU";
+    return sm90_why_not(args);
 }
 
 bool grouped_gemm_takes_fp8(const GroupedGemmArgs& args) {

@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
             // A warpgroup whose 64 rows are all padding skips its MMAs and its stores (padding is never read).
             const bool active = row0 < row_end;
             const bool peer = cluster_m > 1 && sched.peer_alive(t);
-            TileExtras extras{1.f, 1.f, 0u};
+            TileExtras extras{1.f, 1.f, 0u, 1.f};
             const int32_t half0 = gate_concat ? tile.n * 128 : tile.n * 256;
             const int32_t half1 = gate_concat ? p.epi.n_half + half0 : half0 + 128;
             if (active) extras = load_tile_extras<T>(p.epi, th, row0, e, half0, half1);
@@ -192,16 +192,24 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
             if constexpr (kFp8) {
                 // Per K block and B half: 4 x m64n128k32 into tmp, then acc += tmp * a_scale(row) * b_scale(half).
                 // acc keeps the m64n256 layout (half h = registers 64h ..), so the epilogue is the bf16 one's.
-                float tmp[64];
+                // The scales of K block kb + 1 are loaded while block kb's MMAs run, so no promotion waits on an
+                // L2 round trip: [0], [1] = a_scale of rows r_lo, r_lo + 8; [2], [3] = the B halves' scales.
+                float tmp[64], sc[4], sc_next[4] = {};
+                auto load_scales = [&](int32_t kb, float(&s)[4]) {
+                    const int64_t ra =
+                        int64_t(row0 + static_cast<int32_t>(th.r_lo)) * p.a_slices + kb * kBK / p.k_slice;
+                    s[0] = p.a_scales[ra], s[1] = p.a_scales[ra + 8 * p.a_slices];
+                    s[2] = promo_scale(p.b_scales, e, half0, int64_t(kb) * kBK);
+                    s[3] = promo_scale(p.b_scales, e, half1, int64_t(kb) * kBK);
+                };
 #pragma unroll
                 for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+                if (active) load_scales(0, sc);
                 for (int32_t kb = 0; kb < num_kb; ++kb) {
-                    if (active) {  // scales first: their loads overlap the wait for the stage
-                        const int32_t slice = kb * kBK / p.k_slice;
-                        const int64_t ra = int64_t(row0 + static_cast<int32_t>(th.r_lo)) * p.a_slices + slice;
-                        const float sa_lo = p.a_scales[ra], sa_hi = p.a_scales[ra + 8 * p.a_slices];
-                        const float sw[2] = {promo_scale(p.b_scales, e, half0, int64_t(kb) * kBK),
-                                             promo_scale(p.b_scales, e, half1, int64_t(kb) * kBK)};
+                    if (active) {
+                        if (kb + 1 < num_kb) load_scales(kb + 1, sc_next);
+                        const float sa_lo = sc[0], sa_hi = sc[1];
+                        const float sw[2] = {sc[2], sc[3]};
                         mbar_wait(&full[stage], phase);
 #pragma unroll
                         for (int h = 0; h < 2; ++h) {
@@ -221,6 +229,8 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                             for (int i = 0; i < 64; ++i)
                                 acc[64 * h + i] = fmaf(tmp[i], (i % 4) < 2 ? s_lo : s_hi, acc[64 * h + i]);
                         }
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) sc[i] = sc_next[i];
                     } else {
                         mbar_wait(&full[stage], phase);
                     }
@@ -255,6 +265,10 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
             if (active) {
                 fence_accumulators(acc);
                 if (!kFp8) release(prev);  // kFp8 released every stage in its loop
+                if (p.epi.expert_scale != nullptr) {
+#pragma unroll
+                    for (int i = 0; i < 128; ++i) acc[i] *= extras.es;
+                }
                 epilogue<T, kEpi>(p.epi, &p.map_d, acc, my_staging, my_bias, buf, th, extras, row0, tile.n);
             }
             e = e_next;

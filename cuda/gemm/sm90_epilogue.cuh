@@ -25,12 +25,13 @@ enum class EpiKind : int32_t {
 inline constexpr uint32_t kStoreBoxBytes = 64 * 128;
 
 struct EpilogueParams {
-    const void* bias;        // (E, N) input dtype, or nullptr
-    const float* row_scale;  // (P,) or nullptr
-    int32_t P;               // rows of D
-    int32_t N;               // accumulator columns (B rows)
-    int32_t n_half;          // N / 2: gate outputs per row
-    GateParams gate;         // kGate: the gate and the column order ([gate | up] or interleaved [g0, u0, g1, u1, ...])
+    const void* bias;           // (E, N) input dtype, or nullptr
+    const float* row_scale;     // (P,) or nullptr
+    const float* expert_scale;  // (E,) or nullptr: multiplies the accumulators of the tile's expert before the bias
+    int32_t P;                  // rows of D
+    int32_t N;                  // accumulator columns (B rows)
+    int32_t n_half;             // N / 2: gate outputs per row
+    GateParams gate;  // kGate: the gate and the column order ([gate | up] or interleaved [g0, u0, g1, u1, ...])
 };
 
 // Where this thread's accumulators sit: rows r_lo and r_lo + 8 of the warpgroup's 64, column pair 2q, 2q + 1
@@ -48,6 +49,7 @@ struct EpiThread {
 struct TileExtras {
     float s_lo, s_hi;  // row_scale of rows r_lo, r_lo + 8 (1 without row_scale)
     uint32_t bias2;    // this thread's two bias values (accumulator columns 2·tid, 2·tid + 1), raw 16-bit pair
+    float es;          // expert_scale of the tile's expert (1 without)
 };
 
 // x · sigmoid(k·x) = x / (1 + e^(-k·x)): MUFU.EX2 + MUFU.RCP, a few ulp. (x/2 + x/2 · tanh(k·x/2) would take one
@@ -115,7 +117,8 @@ __device__ __forceinline__ float row_scale_of(const EpilogueParams& ep, int32_t 
 template <typename T>
 __device__ __forceinline__ TileExtras load_tile_extras(const EpilogueParams& ep, const EpiThread& th, int32_t row0,
                                                        int32_t expert, int32_t half0, int32_t half1) {
-    TileExtras x{row_scale_of(ep, row0 + th.r_lo), row_scale_of(ep, row0 + th.r_lo + 8), 0u};
+    TileExtras x{row_scale_of(ep, row0 + th.r_lo), row_scale_of(ep, row0 + th.r_lo + 8), 0u,
+                 ep.expert_scale != nullptr ? ep.expert_scale[expert] : 1.f};
     const int32_t j = 2 * static_cast<int32_t>(th.tid), n = j < 128 ? half0 + j : half1 + (j - 128);
     if (ep.bias != nullptr && n < ep.N)
         x.bias2 = *reinterpret_cast<const uint32_t*>(static_cast<const T*>(ep.bias) +

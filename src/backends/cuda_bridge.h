@@ -16,6 +16,9 @@ void run_cuda(const ExpertsProblem& p, const TensorView& out, cuda::Algo algo, c
 // Why the CUDA pipelines cannot run this quantized problem (block sizes that are not powers of two, or under 32
 // along K); nullopt = they can. Pure host logic, in every build.
 std::optional<std::string> cuda_quant_refusal(const ExpertsProblem& p);
+// What the deepgemm backend refuses beyond its dtype and device (DeepGEMM's own refusals: static activation scales,
+// per-tensor or non-128 x 128 FP8 blocks; weight-only FP8); nullopt = it runs it. Pure host logic, in every build.
+std::optional<std::string> deepgemm_refusal(const ExpertsProblem& p);
 
 // Why CUDA cannot run here (no CUDA in this build, no device, wrong architecture); nullopt = it can.
 std::optional<std::string> cuda_unavailable();

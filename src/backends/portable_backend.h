@@ -1,8 +1,8 @@
 // The two shapes most built-in backends take:
 //  - PortableBackend: CPU and CUDA, a CPU kernel (src/cpu) and a CUDA experts algorithm (eager, batched_mm,
 //  grouped_mm);
-//  - CudaRestriction: CUDA only, a CUDA algorithm under the narrower contract of a named library (deepgemm, sonicmoe
-//    today run moex's grouped_mm pipeline within the limits their references have).
+//  - CudaRestriction: CUDA only, a CUDA algorithm under the narrower contract of a named library (deepgemm runs its
+//    own pipeline on the TMA kernels; sonicmoe runs moex's grouped_mm pipeline within the limits its reference has).
 #pragma once
 
 #include <memory>
@@ -76,12 +76,20 @@ class CudaRestriction final : public Backend {
     // Why the restriction refuses a problem the CUDA algorithm could run; nullopt = it accepts it.
     using Refusal = std::optional<std::string> (*)(const ExpertsProblem&);
     CudaRestriction(std::string_view name, std::string_view description, std::vector<DType> dtypes, cuda::Algo cuda,
-                    Refusal refusal)
-        : name_(name), description_(description), dtypes_(std::move(dtypes)), cuda_(cuda), refusal_(refusal) {}
+                    Refusal refusal, std::vector<QuantFormat> quant = {})
+        : name_(name),
+          description_(description),
+          dtypes_(std::move(dtypes)),
+          quant_(std::move(quant)),
+          cuda_(cuda),
+          refusal_(refusal) {}
     std::string_view name() const override { return name_; }
     std::string_view description() const override { return description_; }
     std::vector<Device> devices() const override { return {Device::kCUDA}; }
     std::vector<DType> dtypes() const override { return dtypes_; }
+    std::vector<QuantFormat> quant_formats(Device device) const override {
+        return device == Device::kCUDA ? quant_ : std::vector<QuantFormat>{};
+    }
     std::optional<std::string> unavailable(Device device) const override {
         if (device != Device::kCUDA) return std::string(name_) + " is not supported on CPU (CUDA only)";
         return cuda_unavailable();
@@ -100,6 +108,7 @@ class CudaRestriction final : public Backend {
    private:
     std::string_view name_, description_;
     std::vector<DType> dtypes_;
+    std::vector<QuantFormat> quant_;
     cuda::Algo cuda_;
     Refusal refusal_;
 };
