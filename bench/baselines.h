@@ -1,5 +1,6 @@
 // What `moex bench --device cuda` compares against (bench/RESULTS.md, "Baselines compiled into moex bench"): the
-// H200's measured ceilings (the floor's two terms) and the best Hugging Face configuration per (shape, T), bf16.
+// best Hugging Face configuration per (shape, T), bf16, measured on the H200 (the floor's terms are measured in the
+// run itself: cuda/common/peaks.h).
 #pragma once
 
 #include <cstdint>
@@ -7,10 +8,6 @@
 #include <string_view>
 
 namespace moex::bench {
-
-// Measured on the lent H200 (2026-11-29, torch): dense bf16 8192³ matmul 791 TFLOP/s; device copy 4.27 TB/s.
-inline constexpr double kH200PeakGflops = 790000;
-inline constexpr double kH200PeakGbps = 4300;
 
 struct HfBaseline {
     std::string_view shape;

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <new>
@@ -18,6 +19,7 @@
 #include "moex/device.h"
 #include "moex/error.h"
 #if MOEX_WITH_CUDA
+#include "cuda/common/peaks.h"
 #include "cuda/launch.h"
 #endif
 
@@ -133,18 +135,42 @@ BenchConfig make_config(BenchArgs& a) {
     return c;
 }
 
-// Measured on the CPU; on CUDA the H200's peaks of bench/baselines.h. --peak-* override either.
+// CUDA: the card's read bandwidth and dense GEMM rates measured now (cuda/common/peaks.h); the GEMM term is the
+// FP8 rate for FP8 weights with quantized activations (they run on the FP8 tensor cores), else the bf16 rate.
+void measure_cuda_floor(const BenchConfig& c, MachineFloor& floor, std::vector<std::string>& notes) {
+#if MOEX_WITH_CUDA
+    const cuda::DevicePeaks pk = cuda::measure_device_peaks(size_t(4) << 30, 8192);
+    floor.read_gbps = std::max(pk.read_gbps, pk.copy_gbps);
+    floor.read_what = fmt::format(
+        "measured on the {}: best of a streaming read of 4 GiB ({:.1f}) and a device copy "
+        "((read + written bytes) / t: {:.1f})",
+        pk.device, pk.read_gbps, pk.copy_gbps);
+    const std::string bf16 = fmt::format("cuBLAS bf16 {}³ matmul, measured now", pk.gemm_n);
+    floor.gemms.push_back({bf16, pk.bf16_gflops});
+    floor.gemm_gflops = pk.bf16_gflops, floor.gemm_best = bf16;
+    if (pk.fp8_gflops > 0) {
+        const std::string fp8 =
+            fmt::format("cuBLASLt e4m3 {}³ matmul, measured now (spec dense FP8 peak 1979000)", pk.gemm_n);
+        floor.gemms.push_back({fp8, pk.fp8_gflops});
+        if (c.quant == QuantFormat::kFp8 && c.act == ActivationQuant::kDynamic)
+            floor.gemm_gflops = pk.fp8_gflops, floor.gemm_best = fp8;
+    } else {
+        notes.push_back("no FP8 GEMM rate: " + pk.fp8_why);
+    }
+    if (c.dtype != DType::kBF16) notes.push_back("the CUDA floor uses the bf16 GEMM rate whatever --dtype is");
+#else
+    (void)c, (void)floor, (void)notes;
+    fail(ErrorCode::kUnsupported, "this build of moex has no CUDA support");
+#endif
+}
+
+// Measured on the CPU and on CUDA; --peak-* override either.
 MachineFloor make_floor(const BenchArgs& a, const BenchConfig& c, std::vector<std::string>& notes) {
     MachineFloor floor;
     if (c.device == Device::kCPU) {
         floor = measure_floor(c.threads, c.dtype, a.read_mib << 20, a.gemm_n);
     } else {
-        const char* what = "H200 dense bf16 8192³ matmul (measured 2026-11-29, bench/RESULTS.md)";
-        floor.gemms.push_back({what, kH200PeakGflops});
-        floor.gemm_gflops = kH200PeakGflops, floor.gemm_best = what;
-        floor.read_gbps = kH200PeakGbps;
-        floor.read_what = "H200 device-to-device copy (measured 2026-11-29, bench/RESULTS.md)";
-        if (c.dtype != DType::kBF16) notes.push_back("the CUDA floor uses the bf16 GEMM peak whatever --dtype is");
+        measure_cuda_floor(c, floor, notes);
     }
     if (a.peak_gflops > 0) {
         floor.gemms = {{"given by --peak-gflops", a.peak_gflops}};
@@ -246,9 +272,8 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--max-weight-gb", a->max_weight_gb,
                     "Weight memory per shape (GiB); E is reduced to fit (default: CPU 6, CUDA 100)");
     cmd->add_option("--peak-gflops", a->peak_gflops,
-                    "GEMM rate of the floor (default: CPU measured; CUDA 790000, the H200's measured rate)");
-    cmd->add_option("--peak-gbps", a->peak_gbps,
-                    "Bandwidth of the floor (default: CPU measured; CUDA 4300, the H200's measured copy)");
+                    "GEMM rate of the floor (default: measured in the run, CPU and CUDA)");
+    cmd->add_option("--peak-gbps", a->peak_gbps, "Bandwidth of the floor (default: measured in the run, CPU and CUDA)");
     cmd->add_option("--read-mib", a->read_mib, "CPU: buffer for the bandwidth test (MiB)")->capture_default_str();
     cmd->add_option("--gemm-n", a->gemm_n, "CPU: M = N = K of the dense GEMM test")->capture_default_str();
     cmd->add_option("--seed", a->seed, "Random seed")->capture_default_str();

@@ -159,7 +159,8 @@ void CudaShapeBench::check(CaseResult& res, std::vector<float> got, const std::s
         if (res.output_ok) ref_ = std::move(got), ref_backend_ = backend, res.check = "(reference)";
         return;
     }
-    const CrossCheck c = cross_check(ref_, got, config_.dtype, ref_backend_);
+    const bool e4m3 = config_.quant == QuantFormat::kFp8 && config_.act != ActivationQuant::kNone;
+    const CrossCheck c = cross_check(ref_, got, config_.dtype, ref_backend_, e4m3);
     res.check_ok = c.ok;
     res.check = c.text;
 }

@@ -27,7 +27,7 @@ bool all_finite(const std::vector<float>& v) {
 }
 
 CrossCheck cross_check(const std::vector<float>& ref, const std::vector<float>& got, DType dtype,
-                       const std::string& ref_name) {
+                       const std::string& ref_name, bool e4m3_activations) {
     CrossCheck c;
     if (ref.size() != got.size()) {
         c.ok = false;
@@ -46,10 +46,12 @@ CrossCheck cross_check(const std::vector<float>& ref, const std::vector<float>& 
         if (d > max_abs || std::isnan(d)) max_abs = std::isnan(d) ? INFINITY : d;
     }
     c.max_rel = rms > 0 ? max_abs / rms : max_abs;
-    c.ok = c.bad == 0;
-    c.text = c.ok ? fmt::format("{:.1e}", c.max_rel)
-                  : fmt::format("MISMATCH vs {}: {} of {} beyond 1e-2·rms + {:.0e}·|ref| (max {:.1e}·rms)", ref_name,
-                                c.bad, ref.size(), rtol, c.max_rel);
+    const bool flips = e4m3_activations && c.bad > 0 && double(c.bad) <= 0.15 * double(ref.size()) && c.max_rel <= 0.25;
+    c.ok = c.bad == 0 || flips;
+    c.text = flips  ? fmt::format("{:.1e} ({} e4m3 flips)", c.max_rel, c.bad)
+             : c.ok ? fmt::format("{:.1e}", c.max_rel)
+                    : fmt::format("MISMATCH vs {}: {} of {} beyond 1e-2·rms + {:.0e}·|ref| (max {:.1e}·rms)", ref_name,
+                                  c.bad, ref.size(), rtol, c.max_rel);
     return c;
 }
 
