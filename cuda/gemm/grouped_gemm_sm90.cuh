@@ -200,7 +200,8 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                         int64_t(row0 + static_cast<int32_t>(th.r_lo)) * p.a_slices + kb * kBK / p.k_slice;
                     s[0] = p.a_scales[ra], s[1] = p.a_scales[ra + 8 * p.a_slices];
                     s[2] = promo_scale(p.b_scales, e, half0, int64_t(kb) * kBK);
-                    s[3] = promo_scale(p.b_scales, e, half1, int64_t(kb) * kBK);
+                    // An N of 128 (ungated I = 128) leaves the second half past N: no scale row there.
+                    s[3] = half1 < p.epi.N ? promo_scale(p.b_scales, e, half1, int64_t(kb) * kBK) : 0.f;
                 };
 #pragma unroll
                 for (int i = 0; i < 128; ++i) acc[i] = 0.f;
