@@ -1,5 +1,5 @@
 // The machine's floor terms for `moex bench`: cache size from sysfs, a multithreaded streaming-read bandwidth test,
-// and dense GEMM rates of OpenBLAS (dlopen'ed: no build dependency) and of moex::cpu::dense_gemm.
+// and dense GEMM rates of OpenBLAS and MKL (dlopen'ed: no build dependency) and of moex::cpu::dense_gemm.
 #include "bench/machine.h"
 
 #include <dlfcn.h>
@@ -136,7 +136,7 @@ void parallel_slices(int threads, int64_t n, Fn fn) {
     for (auto& t : pool) t.join();
 }
 
-// Signatures of the OpenBLAS entry points we use (cblas.h's enums are plain ints in the ABI; bfloat16 is uint16_t).
+// Signatures of the cblas entry points we use (cblas.h's enums are plain ints in the ABI; bfloat16 is uint16_t).
 using SgemmFn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
 using SbgemmFn = void (*)(int, int, int, int, int, int, float, const uint16_t*, int, const uint16_t*, int, float,
                           float*, int);
@@ -157,42 +157,49 @@ double best_gflops(int64_t n, int tries, Fn fn) {
     return 2.0 * double(n) * double(n) * double(n) / best * 1e-9;
 }
 
-// cblas_sgemm, and cblas_sbgemm (bf16 A and B, f32 C; OpenBLAS >= 0.3.10) when the weights are bf16.
-void measure_openblas(MachineFloor& f, int threads, DType weight_dtype, const float* A, const float* B, float* C,
-                      int64_t n) {
+// A BLAS with the cblas ABI, found by dlopen (no build dependency): its sgemm, and its bf16 x bf16 -> f32 GEMM.
+struct Blas {
+    const char* name;
+    std::vector<const char*> sonames;
+    const char* bf16_symbol;     // OpenBLAS >= 0.3.10 built with BUILD_BFLOAT16; MKL (AMX where the CPU has it)
+    const char* threads_symbol;  // sets the library's thread count
+    const char* missing;         // how to get it
+};
+
+// cblas_sgemm, and the library's bf16 GEMM (bf16 A and B, f32 C) when the weights are bf16.
+void measure_blas(const Blas& blas, MachineFloor& f, int threads, DType weight_dtype, const float* A, const float* B,
+                  float* C, int64_t n) {
     void* lib = nullptr;
-    for (const char* name : {"libopenblas.so.0", "libopenblas.so"})
+    for (const char* name : blas.sonames)
         if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
     if (lib == nullptr) {
-        f.notes.push_back("OpenBLAS not measured: libopenblas.so.0 not found (apt-get install libopenblas0)");
+        f.notes.push_back(fmt::format("{} not measured: {} not found ({})", blas.name, blas.sonames[0], blas.missing));
         return;
     }
     auto sgemm = reinterpret_cast<SgemmFn>(dlsym(lib, "cblas_sgemm"));
-    auto set_threads = reinterpret_cast<SetThreadsFn>(dlsym(lib, "openblas_set_num_threads"));
+    auto set_threads = reinterpret_cast<SetThreadsFn>(dlsym(lib, blas.threads_symbol));
     if (sgemm == nullptr) {
-        f.notes.push_back("OpenBLAS not measured: no cblas_sgemm symbol");
+        f.notes.push_back(fmt::format("{} not measured: no cblas_sgemm symbol", blas.name));
         return;
     }
     if (set_threads != nullptr) set_threads(threads);
     const int N = int(n);
     const double g = best_gflops(
         n, 3, [&] { sgemm(kCblasRowMajor, kCblasNoTrans, kCblasTrans, N, N, N, 1.0f, A, N, B, N, 0.0f, C, N); });
-    f.gemms.push_back({"OpenBLAS cblas_sgemm f32", g});
-    auto sbgemm = reinterpret_cast<SbgemmFn>(dlsym(lib, "cblas_sbgemm"));
-    if (weight_dtype == DType::kBF16 && sbgemm != nullptr) {
+    f.gemms.push_back({fmt::format("{} cblas_sgemm f32", blas.name), g});
+    auto bf16 = reinterpret_cast<SbgemmFn>(dlsym(lib, blas.bf16_symbol));
+    if (weight_dtype == DType::kBF16 && bf16 != nullptr) {
         Tensor A16(DType::kBF16, {n, n}), B16(DType::kBF16, {n, n});
         common::fill_random(A16.view(), 1.0, 3, common::Distribution::kUniform, threads);
         common::fill_random(B16.view(), 0.02, 4, common::Distribution::kUniform, threads);
         const auto* a16 = static_cast<const uint16_t*>(A16.data());
         const auto* b16 = static_cast<const uint16_t*>(B16.data());
-        const double g16 = best_gflops(n, 3, [&] {
-            sbgemm(kCblasRowMajor, kCblasNoTrans, kCblasTrans, N, N, N, 1.0f, a16, N, b16, N, 0.0f, C, N);
-        });
-        f.gemms.push_back({"OpenBLAS cblas_sbgemm bf16 x bf16", g16});
+        const double g16 = best_gflops(
+            n, 3, [&] { bf16(kCblasRowMajor, kCblasNoTrans, kCblasTrans, N, N, N, 1.0f, a16, N, b16, N, 0.0f, C, N); });
+        f.gemms.push_back({fmt::format("{} {} bf16 x bf16", blas.name, blas.bf16_symbol), g16});
     } else if (weight_dtype == DType::kBF16) {
         f.notes.push_back(
-            "OpenBLAS bf16 GEMM not measured: this libopenblas has no cblas_sbgemm (built without "
-            "BUILD_BFLOAT16)");
+            fmt::format("{} bf16 GEMM not measured: this library has no {}", blas.name, blas.bf16_symbol));
     }
     // The library stays loaded: its worker threads may still be parked, and unloading under them is unsafe.
 }
@@ -275,8 +282,23 @@ MachineFloor measure_floor(int threads, DType weight_dtype, int64_t read_bytes, 
     common::fill_random(A.view(), 1.0, 1, common::Distribution::kUniform, threads);
     common::fill_random(B.view(), 0.02, 2, common::Distribution::kUniform, threads);
     const float* a = static_cast<const float*>(A.data());
-    measure_openblas(f, threads, weight_dtype, a, static_cast<const float*>(B.data()), static_cast<float*>(C.data()),
-                     n);
+    // The compute term is the fastest GEMM this machine has: OpenBLAS, and MKL where it is on the library path (it
+    // uses AMX on CPUs with AMX-BF16), beside moex's own.
+    const Blas blases[] = {
+        {"OpenBLAS",
+         {"libopenblas.so.0", "libopenblas.so"},
+         "cblas_sbgemm",
+         "openblas_set_num_threads",
+         "apt-get install libopenblas0"},
+        {"MKL",
+         {"libmkl_rt.so.2", "libmkl_rt.so.3", "libmkl_rt.so"},
+         "cblas_gemm_bf16bf16f32",
+         "MKL_Set_Num_Threads",
+         "pip install mkl, its lib/ on LD_LIBRARY_PATH, MKL_THREADING_LAYER=GNU"},
+    };
+    for (const Blas& blas : blases)
+        measure_blas(blas, f, threads, weight_dtype, a, static_cast<const float*>(B.data()),
+                     static_cast<float*>(C.data()), n);
     float* c = static_cast<float*>(C.data());
     const double g32 = best_gflops(n, 3, [&] { cpu::dense_gemm(a, B.data(), DType::kF32, c, n, n, n, threads); });
     f.gemms.push_back({"moex dense_gemm f32", g32});

@@ -45,8 +45,8 @@ struct ReadBandwidth {
 };
 ReadBandwidth measure_read_bandwidth(int threads, int64_t bytes, int tries);
 
-// Memory bandwidth plus dense C = A·Bᵀ GEMM at n×n×n: OpenBLAS cblas_sgemm (loaded with dlopen, so the program
-// does not depend on it), moex::cpu::dense_gemm with f32 weights and with `weight_dtype` weights.
+// Memory bandwidth plus dense C = A·Bᵀ GEMM at n×n×n: OpenBLAS's and MKL's sgemm and bf16 GEMMs (loaded with dlopen,
+// so the program depends on neither), moex::cpu::dense_gemm with f32 weights and with `weight_dtype` weights.
 MachineFloor measure_floor(int threads, DType weight_dtype, int64_t read_bytes, int64_t gemm_n);
 
 }  // namespace moex::bench
