@@ -24,31 +24,43 @@ __global__ void read_kernel(const uint4* p, size_t n, uint32_t* sink) {
     if (x == 0x9e3779b9u) *sink = x;
 }
 
+struct Event {
+    cudaEvent_t e = nullptr;
+    Event() { CUDA_CHECK(cudaEventCreate(&e)); }
+    ~Event() { (void)cudaEventDestroy(e); }
+    Event(const Event&) = delete;
+    Event& operator=(const Event&) = delete;
+};
+
 // Best time of `fn` in ms over `reps` after one warm-up call.
 double best_ms(const std::function<void()>& fn, int reps) {
-    cudaEvent_t a = nullptr, b = nullptr;
-    CUDA_CHECK(cudaEventCreate(&a));
-    CUDA_CHECK(cudaEventCreate(&b));
+    const Event a, b;
     fn();
     float best = 1e30f;
     for (int r = 0; r < reps; ++r) {
-        CUDA_CHECK(cudaEventRecord(a));
+        CUDA_CHECK(cudaEventRecord(a.e));
         fn();
-        CUDA_CHECK(cudaEventRecord(b));
-        CUDA_CHECK(cudaEventSynchronize(b));
+        CUDA_CHECK(cudaEventRecord(b.e));
+        CUDA_CHECK(cudaEventSynchronize(b.e));
         float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+        CUDA_CHECK(cudaEventElapsedTime(&ms, a.e, b.e));
         best = std::min(best, ms);
     }
-    (void)cudaEventDestroy(a), (void)cudaEventDestroy(b);
     return double(best);
 }
 
+// Zero-filled device memory. The GEMMs run on zeros, which draws less power than real data and so, if anything,
+// times them faster: a floor from them errs low, never below a real call.
 struct Buffer {
     void* p = nullptr;
     explicit Buffer(size_t bytes) {
         CUDA_CHECK(cudaMalloc(&p, bytes));
-        CUDA_CHECK(cudaMemset(p, 0, bytes));
+        const cudaError_t err = cudaMemset(p, 0, bytes);
+        if (err != cudaSuccess) {
+            (void)cudaFree(p);
+            p = nullptr;
+            CUDA_CHECK(err);
+        }
     }
     ~Buffer() { (void)cudaFree(p); }
     Buffer(const Buffer&) = delete;

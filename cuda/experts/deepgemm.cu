@@ -2,9 +2,9 @@
 // (each expert's rows in 128-row blocks, sizes from device memory, no host sync), then the TMA grouped GEMMs: bf16
 // x bf16, or FP8 x FP8 with activations quantized per 1 x 128 into e4m3 bytes and the 128 x 128 weight block scales
 // (float32 or UE8M0) promoted in registers. FP4 weights, which Hopper's tensor cores cannot take, are dequantized to
-// bf16 for the experts the call routes to (dequant_weights.h; nvfp4's global scale multiplies the accumulators)
-// and run bf16 x bf16. What the TMA kernels cannot run
-// is an error naming why; the static activation scheme is refused as the reference refuses it.
+// bf16 for the experts the call routes to (dequant_weights.h; nvfp4's global scale multiplies the accumulators) and
+// run bf16 x bf16. What the TMA kernels cannot run is an error naming why; the static activation scheme is refused
+// as the reference refuses it. The host refuses the same cases first (src/backends/deepgemm.cpp).
 #include <string>
 
 #include "cuda/common/check.h"
