@@ -211,7 +211,10 @@ int run_shape(const ShapePlan& plan, const BenchArgs& a, const BenchConfig& conf
             } catch (const std::bad_alloc&) {
                 row.error = "out of memory";
             }
-            failures += !row.error.empty() || !row.result.output_ok || !row.result.check_ok;
+            // A call faster than its floor means a floor term was measured too low: the run fails (issue #15).
+            const Derived d = derive(row, floor);
+            const bool below_floor = row.error.empty() && d.floor_us > 0 && d.x_floor > 0 && d.x_floor < 1;
+            failures += !row.error.empty() || !row.result.output_ok || !row.result.check_ok || below_floor;
             report.row(row, floor);
         }
     return failures;
@@ -244,7 +247,8 @@ void run(BenchArgs a) {
     for (const auto& plan : plans) failures += run_shape(plan, a, config, backends, floor, report);
     if (failures > 0)
         fail(ErrorCode::kUnsupported,
-             fmt::format("{} bench case(s) failed (see the ERROR / NaN / MISMATCH rows above)", failures));
+             fmt::format("{} bench case(s) failed (see the ERROR / NaN / MISMATCH / BELOW THE FLOOR rows above)",
+                         failures));
 }
 
 }  // namespace
