@@ -25,23 +25,23 @@ inline void in_register(__m512& v) { asm("" : "+v"(v)); }
 
 // Two rows of B as one zmm: 8 elements at k of row p (low half) and of row p + ld (high half); `rest` < 8 zero-fills
 // the k tail, `one` leaves the high half zero (the last row of an odd n).
+// The 16-bit halves of both: 8 raw elements of row p, then 8 of row p + ld (or zeros).
+MOEX_INLINE __m256i load_pair16(const uint16_t* p, int64_t ld, int64_t rest, bool one) {
+    const __mmask8 m = __mmask8(rest >= 8 ? 0xff : (1u << rest) - 1);
+    const __m128i lo = _mm_maskz_loadu_epi16(m, p);
+    const __m128i hi = one ? _mm_setzero_si128() : _mm_maskz_loadu_epi16(m, p + ld);
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+}
 struct PairBF16 {
     using T = uint16_t;
     static MOEX_INLINE __m512 load(const T* p, int64_t ld, int64_t rest, bool one) {
-        const __mmask8 m = __mmask8(rest >= 8 ? 0xff : (1u << rest) - 1);
-        const __m128i lo = _mm_maskz_loadu_epi16(m, p);
-        const __m128i hi = one ? _mm_setzero_si128() : _mm_maskz_loadu_epi16(m, p + ld);
-        const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
-        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(both), 16));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(load_pair16(p, ld, rest, one)), 16));
     }
 };
 struct PairF16 {
     using T = uint16_t;
     static MOEX_INLINE __m512 load(const T* p, int64_t ld, int64_t rest, bool one) {
-        const __mmask8 m = __mmask8(rest >= 8 ? 0xff : (1u << rest) - 1);
-        const __m128i lo = _mm_maskz_loadu_epi16(m, p);
-        const __m128i hi = one ? _mm_setzero_si128() : _mm_maskz_loadu_epi16(m, p + ld);
-        return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+        return _mm512_cvtph_ps(load_pair16(p, ld, rest, one));
     }
 };
 struct PairF32 {
