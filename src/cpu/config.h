@@ -39,6 +39,10 @@ inline PackBlock pack_block(bool transposed, int tile_rows = 6) {
     if (transposed) return PackBlock{512, 64};
     return tile_rows >= 12 ? PackBlock{128, 512} : PackBlock{128, 256};
 }
+// The AMX-BF16 path (gemm_amx.cpp), both layouts: the avx512 tile's rows-layout block, 128 columns by 512 k (a 128 KiB
+// bf16 block, its 32 KiB column-pair panels in the 48 KiB L1d of Sapphire Rapids while the 32-row A tiles stream from
+// L2). kc is a multiple of 32 (one A tile's k). Not tuned: chosen without AMX hardware, to be measured there.
+inline PackBlock amx_pack_block() { return PackBlock{128, 512}; }
 
 // Quantized weights on the streaming path above 4 rows are dequantized in blocks of whole rows of about this many
 // f32 bytes (a multiple of 8 rows, the dot kernel's widest tile, and at least 8), then streamed by the f32 kernel

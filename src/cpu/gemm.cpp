@@ -1,38 +1,16 @@
 // The GEMM driver: kernel choice by row count, cache blocking of the packed path, and dense_gemm for the benchmark.
 #include "src/cpu/gemm.h"
 
+#include <cstring>
 #include <vector>
 
 #include "src/cpu/config.h"
 #include "src/cpu/kernels.h"
+#include "src/cpu/next_block.h"
 #include "src/cpu/parallel.h"
 
 namespace moex::cpu {
 namespace {
-
-// Software prefetch of B's next k block into L2, a slice per microkernel call. Packing reads 512-byte runs of bf16:
-// far too short for the hardware prefetcher, which leaves packing waiting on DRAM.
-class NextBlock {
-   public:
-    NextBlock(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, int64_t calls) {
-        const int64_t es = dtype_size(b.dtype);
-        runs_ = b.transposed ? kc : n;  // storage rows touched, each run_lines_ cache lines long
-        run_lines_ = ((b.transposed ? n : kc) * es + 63) / 64;
-        per_call_ = (runs_ * run_lines_ + calls - 1) / (calls > 0 ? calls : 1);
-        stride_ = b.ld * es;
-        base_ = static_cast<const char*>(b.data) + (b.transposed ? k0 * b.ld : k0) * es;
-    }
-    void step() {
-        for (int64_t i = 0; i < per_call_ && run_ < runs_; ++i) {
-            __builtin_prefetch(base_ + run_ * stride_ + line_ * 64, 0, 2);
-            if (++line_ == run_lines_) line_ = 0, ++run_;
-        }
-    }
-
-   private:
-    const char* base_ = nullptr;
-    int64_t stride_ = 0, runs_ = 0, run_lines_ = 0, per_call_ = 0, run_ = 0, line_ = 0;
-};
 
 // The tiles of one packed B block, tile(r, mr, p, nr). The 6-row AVX2 tile: row tiles outer (6 x kc f32 of A stays
 // in L1 while the 16-wide panels stream from L2). The 12x32 AVX-512 tile: panels outer (a 2 x kc x 16 panel pair stays
@@ -144,12 +122,21 @@ void gemm_rows(const KernelTable& kt, const float* const* a, int64_t m, const We
     if (path == GemmPath::kStream)
         return b.quantized() ? stream_quantized(kt, a, m, b, n, c, ldc) : kt.stream(a, m, b, n, c, ldc);
     const PackBlock blk = pack_block(b.transposed, kt.mr);
-    if (kt.micro_bf16 && b.dtype == DType::kBF16 && !b.quantized()) {  // bf16 x bf16 when A's values are all bf16
-        const int64_t lda = (b.K + 1) / 2 * 2;
-        auto* a16 = reinterpret_cast<uint16_t*>(thread_scratch(6, m * lda / 2));
+    const bool amx = kt.gemm_bf16 != nullptr;
+    if ((kt.micro_bf16 || amx) && b.dtype == DType::kBF16 && !b.quantized()) {  // bf16 x bf16: A's values all bf16
+        // AMX reads A in whole tiles: 32 k by 16 rows, so K and m are padded with zeros to those.
+        const int64_t lda = amx ? (b.K + 31) / 32 * 32 : (b.K + 1) / 2 * 2, rows = amx ? (m + 15) / 16 * 16 : m;
+        auto* a16 = reinterpret_cast<uint16_t*>(thread_scratch(6, rows * lda / 2));
         if (kt.rows_bf16(a, m, b.K, a16, lda)) {
-            for (int64_t n0 = 0; n0 < n; n0 += blk.nc)
-                gemm_bf16(kt, a16, lda, m, b.from_row(n0), n - n0 < blk.nc ? n - n0 : blk.nc, blk.kc, c + n0, ldc);
+            const PackBlock bb = amx ? amx_pack_block() : blk;
+            if (amx) std::memset(a16 + m * lda, 0, size_t((rows - m) * lda) * 2);
+            for (int64_t n0 = 0; n0 < n; n0 += bb.nc) {
+                const int64_t nb = n - n0 < bb.nc ? n - n0 : bb.nc;
+                if (amx)
+                    kt.gemm_bf16(a16, lda, m, b.from_row(n0), nb, bb.kc, c + n0, ldc);
+                else
+                    gemm_bf16(kt, a16, lda, m, b.from_row(n0), nb, bb.kc, c + n0, ldc);
+            }
             return;
         }
     }

@@ -17,7 +17,7 @@ struct KernelTable;
 void gemm_rows(const KernelTable& kt, const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c,
                int64_t ldc);
 
-// The kernel table every GEMM here runs (kernels.h): "scalar", "avx2", "avx512" or "avx512_bf16".
+// The kernel table every GEMM here runs (kernels.h): "scalar", "avx2", "avx512", "avx512_bf16" or "amx".
 const char* gemm_kernels();
 
 // Dense C (M, N) = A (M, K) row-major · Bᵀ, B (N, K) row-major in b_dtype (f32 | bf16 | f16), on num_threads

@@ -281,7 +281,7 @@ bool rows_bf16_avx512(const float* const* a, int64_t m, int64_t K, uint16_t* dst
             low = _mm512_or_si512(low, v);
             _mm256_mask_storeu_epi16(out + k, mk, _mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
         }
-        if (K % 2) out[K] = 0;
+        for (int64_t k = K; k < ldd; ++k) out[k] = 0;
         if (_mm512_test_epi32_mask(low, _mm512_set1_epi32(0xffff)) != 0) return false;
     }
     return true;

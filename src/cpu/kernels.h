@@ -1,7 +1,7 @@
 // The CPU kernel table: the few inner loops that the GEMM driver (gemm.cpp) calls, in a portable scalar version
-// (kernels_scalar.cpp), an AVX2+FMA+F16C version (*_avx2.cpp) and AVX-512 ones (*_avx512.cpp: the f32 tile and the
-// decode GEMV; avx512_bf16 adds a vdpbf16ps tile, opt-in), chosen once at run time by cpuid or set by
-// MOEX_CPU_KERNELS=scalar|avx2|avx512|avx512_bf16. Every kernel's float operation order is fixed by (K, layout) alone.
+// (kernels_scalar.cpp), an AVX2+FMA+F16C version (*_avx2.cpp), AVX-512 ones (*_avx512.cpp: the f32 tile, the decode
+// GEMV, an opt-in vdpbf16ps tile) and an AMX-BF16 GEMM (*_amx.cpp), chosen once at run time by cpuid and the OS or set
+// by MOEX_CPU_KERNELS=scalar|avx2|avx512|avx512_bf16|amx. Every kernel's float order is fixed by (K, layout) alone.
 #pragma once
 
 #include <cstdint>
@@ -41,7 +41,7 @@ struct KernelTable {
     // Element-wise gate of one row: h[i] = round(f(g[i], u[i])) for i < n (gate.h says which f).
     void (*gate_row)(const GateOp& op, const float* g, const float* u, int64_t n, float* h);
     // bf16 B against A whose every value is a bf16 (vdpbf16ps; null in tables without AVX512_BF16). rows_bf16: A's
-    // rows as bf16 (dst[r*ldd + k], ldd even, zero past K up to even), false when some value is not a bf16.
+    // rows as bf16 (dst[r*ldd + k], ldd even, zero past K up to ldd), false when some value is not a bf16.
     // pack_b_bf16: B as panels [ceil(n/16)][ceil(kc/2)][16] of k pairs (k0 + 2j low, k0 + 2j + 1 high, zeros past n and
     // kc), k0 even. micro_bf16: the tile on them (A row r at a + r*lda), each element summed in pair order, the odd k
     // of each pair first (gemm_avx512.cpp), from C (acc) or 0.
@@ -49,6 +49,12 @@ struct KernelTable {
     void (*pack_b_bf16)(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, uint32_t* dst);
     void (*micro_bf16)(const uint16_t* a, int64_t lda, int mr, int64_t k0, const uint32_t* panel, int64_t kc, float* c,
                        int64_t ldc, int nr, bool acc);
+    // The whole bf16 x bf16 GEMM of one column block on AMX-BF16 tiles (null but in the amx table, which has no
+    // micro_bf16): C (m, n) = A·Bᵀ over all of b.K, n <= amx_pack_block().nc, in k blocks of kcb (a multiple of 32).
+    // A from rows_bf16 with lda a multiple of 32 and its rows zero from m up to a multiple of 16. Each element sums
+    // its k blocks in order, each as TDPBF16PS's k pairs in order (gemm_amx.cpp), so its bits depend on (K, layout).
+    void (*gemm_bf16)(const uint16_t* a, int64_t lda, int64_t m, const WeightMat& b, int64_t n, int64_t kcb, float* c,
+                      int64_t ldc);
 };
 
 const KernelTable& kernels();              // the best table for this CPU (or MOEX_CPU_KERNELS's)
@@ -56,5 +62,9 @@ const KernelTable& scalar_kernels();       // portable (any CPU)
 const KernelTable* avx2_kernels();         // null when the CPU lacks AVX2, FMA or F16C
 const KernelTable* avx512_kernels();       // null when it also lacks AVX-512 F, BW, VL, DQ or VBMI
 const KernelTable* avx512_bf16_kernels();  // null when it also lacks AVX512_BF16
+// The avx512 table with bf16 x bf16 GEMMs on AMX tiles: null without AMX-TILE + AMX-BF16, or when the OS refuses the
+// tile state (Linux: arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA); amx_why_not() says which).
+const KernelTable* amx_kernels();
+const char* amx_why_not();  // null when amx_kernels() is there, else why not (for messages and test skips)
 
 }  // namespace moex::cpu

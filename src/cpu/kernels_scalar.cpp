@@ -21,6 +21,10 @@ bool rows_bf16_avx512(const float* const* a, int64_t m, int64_t K, uint16_t* dst
 void pack_b_bf16_avx512(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, uint32_t* dst);
 void micro_bf16_avx512(const uint16_t* a, int64_t lda, int mr, int64_t k0, const uint32_t* panel, int64_t kc, float* c,
                        int64_t ldc, int nr, bool acc);
+// The AMX kernels (gemm_amx.cpp), called only after the checks below.
+bool amx_request_tile_state();
+void gemm_bf16_amx(const uint16_t* a, int64_t lda, int64_t m, const WeightMat& b, int64_t n, int64_t kcb, float* c,
+                   int64_t ldc);
 
 namespace {
 
@@ -146,16 +150,46 @@ const KernelTable* avx512_bf16_kernels() {
 #endif
 }
 
-// MOEX_CPU_KERNELS=scalar|avx2|avx512 caps the table at that one (to test each on one machine, or compare them); a
-// table this CPU lacks gives the best one below it. avx512_bf16 opts into the vdpbf16ps tile, never chosen by
-// itself: on the Xeon of bench/RESULTS.md M vdpbf16ps issues 1.3 G/s against 5.2 G/s for vfmadd231ps, so its bf16
-// pairs give half the AVX-512 f32 tile's products per second there.
+const char* amx_why_not() {
+#if defined(__x86_64__)
+    static const char* why = [] {
+        if (avx512_kernels() == nullptr) return "this CPU has no AVX-512 F/BW/VL/DQ/VBMI";
+        if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16"))
+            return "this CPU has no AMX-TILE + AMX-BF16";
+        if (!amx_request_tile_state())
+            return "the OS refused the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM, Linux >= 5.16)";
+        return static_cast<const char*>(nullptr);
+    }();
+    return why;
+#else
+    return "AMX is x86-64 only";
+#endif
+}
+
+// The AVX-512 table whose bf16 x bf16 GEMMs (bf16 weights, bf16-valued rows, more than the streaming path's rows) run
+// on AMX tiles; everything else (f32, f16, quantized, decode) is the avx512 table's.
+const KernelTable* amx_kernels() {
+    static const KernelTable table = [] {
+        KernelTable t = avx512_kernels() ? *avx512_kernels() : kScalarTable;
+        t.name = "amx";
+        t.rows_bf16 = rows_bf16_avx512, t.pack_b_bf16 = pack_b_bf16_avx512, t.gemm_bf16 = gemm_bf16_amx;
+        return t;
+    }();
+    return amx_why_not() == nullptr ? &table : nullptr;
+}
+
+// MOEX_CPU_KERNELS=scalar|avx2|avx512|amx caps the table at that one (to test each on one machine, or compare them); a
+// table this CPU lacks gives the best one below it, so amx (the default where the CPU and the OS allow it) falls back
+// to avx512. avx512_bf16 opts into the vdpbf16ps tile, never chosen by itself: on the Xeon of bench/RESULTS.md M
+// vdpbf16ps issues 1.3 G/s against 5.2 G/s for vfmadd231ps, so its bf16 pairs give half the AVX-512 f32 tile's
+// products per second there.
 const KernelTable& kernels() {
     static const KernelTable* best = [] {
         const char* env = std::getenv("MOEX_CPU_KERNELS");
         const std::string_view force = env ? env : "";
         if (force == "scalar") return &kScalarTable;
         const KernelTable* t = force == "avx512_bf16" ? avx512_bf16_kernels() : nullptr;
+        if (t == nullptr && force != "avx2" && force != "avx512") t = amx_kernels();
         if (t == nullptr && force != "avx2") t = avx512_kernels();
         if (t == nullptr) t = avx2_kernels();
         return t ? t : &kScalarTable;
