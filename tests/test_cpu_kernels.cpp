@@ -1,5 +1,6 @@
 // The CPU kernel tables against each other on one machine (src/cpu/kernels.h): every GEMM path of the AVX-512 f32
-// tile has the AVX2 table's bits, the vdpbf16ps tile the bits of its documented order, and both tile tails work.
+// tile has the AVX2 table's bits, the vdpbf16ps tile the bits of its documented order, the AMX tiles (where the CPU
+// and OS have them, else skipped) the same bits for any row split and thread count, and every tile tail works.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -29,6 +30,29 @@ const Case kCases[] = {{1, 37, 300, false},  {2, 41, 77, false},   {3, 40, 70, f
                        {5, 9, 131, false},   {7, 23, 45, false},   {13, 1, 5, false},     {24, 33, 260, false},
                        {30, 55, 300, false}, {29, 32, 513, false}, {64, 200, 256, false}, {25, 17, 1, false},
                        {3, 40, 70, true},    {17, 55, 130, true},  {53, 71, 129, true},   {100, 600, 33, true}};
+// The AMX path's blocks: 32-row and 32-column blocks with 16-wide halves (31, 33, 48 rows; 15, 16, 129, 257 columns),
+// several 512-k blocks with tails of whole 32-k tiles and of pairs (1025, 1100, 2048), both layouts.
+const Case kAmxCases[] = {{100, 300, 1100, false}, {77, 130, 1025, true},   {33, 129, 40, false}, {48, 16, 32, false},
+                          {31, 15, 31, false},     {200, 257, 2048, false}, {6, 300, 700, true},  {64, 200, 256, false},
+                          {29, 32, 513, false},    {53, 71, 129, true}};
+
+// Where the AMX tests cannot run: null when they can.
+const char* amx_skip() {
+    static std::string why = amx_why_not() ? std::string("no AMX here: ") + amx_why_not() : "";
+    return why.empty() ? nullptr : why.c_str();
+}
+
+// MOEX_CPU_KERNELS=amx (the amx: tests of tests/CMakeLists.txt) on a machine without AMX would run the avx512 table
+// under AMX's name: skip every test instead, with the reason.
+class ForcedAmxEnvironment : public ::testing::Environment {
+   public:
+    void SetUp() override {
+        const char* force = std::getenv("MOEX_CPU_KERNELS");
+        if (force != nullptr && std::string(force) == "amx" && amx_skip() != nullptr)
+            GTEST_SKIP() << "MOEX_CPU_KERNELS=amx: " << amx_skip();
+    }
+};
+const auto* const kForcedAmx = ::testing::AddGlobalTestEnvironment(new ForcedAmxEnvironment);
 
 struct Operands {
     std::vector<float> a;    // (m, K)
@@ -133,51 +157,119 @@ TEST(CpuKernels, Bf16TableKeepsF32RowsOnTheF32Tile) {
     }
 }
 
+// Every table's outputs within 1e-5 of the float64 product, relative to Σ|a·b| (uniform data: no subnormals).
+void expect_near_float64(const KernelTable& t, DType dt, const Case& c) {
+    SCOPED_TRACE(::testing::Message() << t.name << " " << dtype_name(dt) << " m " << c.m << " n " << c.n << " K " << c.K
+                                      << (c.transposed ? " transposed" : " rows"));
+    const Operands o = make(c, dt, true, 11);
+    const std::vector<float> got = run(t, o, c);
+    for (int64_t r = 0; r < c.m; ++r)
+        for (int64_t j = 0; j < c.n; ++j) {
+            double want = 0, mag = 0;
+            for (int64_t k = 0; k < c.K; ++k) {
+                const int64_t i = c.transposed ? k * c.n + j : j * c.K + k;
+                float w;
+                if (dt == DType::kF32) {
+                    std::memcpy(&w, o.b.data() + i * 4, 4);
+                } else {
+                    uint16_t h;
+                    std::memcpy(&h, o.b.data() + i * 2, 2);
+                    w = bf16_to_f32(h);
+                }
+                want += double(o.a[size_t(r * c.K + k)]) * w;
+                mag += std::fabs(double(o.a[size_t(r * c.K + k)]) * w);
+            }
+            ASSERT_NEAR(got[size_t(r * c.n + j)], want, 1e-5 * mag + 1e-30) << "r " << r << " j " << j;
+        }
+}
+
 TEST(CpuKernels, EveryTableNearTheFloat64Product) {
-    const KernelTable* tables[] = {&scalar_kernels(), avx2_kernels(), avx512_kernels(), avx512_bf16_kernels()};
+    const KernelTable* tables[] = {&scalar_kernels(), avx2_kernels(), avx512_kernels(), avx512_bf16_kernels(),
+                                   amx_kernels()};
     for (const KernelTable* t : tables) {
         if (t == nullptr) continue;
         for (DType dt : {DType::kF32, DType::kBF16})
-            for (const Case& c : kCases) {
-                SCOPED_TRACE(::testing::Message()
-                             << t->name << " " << dtype_name(dt) << " m " << c.m << " n " << c.n << " K " << c.K);
-                const Operands o = make(c, dt, true, 11);
-                const std::vector<float> got = run(*t, o, c);
-                for (int64_t r = 0; r < c.m; ++r)
-                    for (int64_t j = 0; j < c.n; ++j) {
-                        double want = 0, mag = 0;
-                        for (int64_t k = 0; k < c.K; ++k) {
-                            const int64_t i = c.transposed ? k * c.n + j : j * c.K + k;
-                            float w;
-                            if (dt == DType::kF32) {
-                                std::memcpy(&w, o.b.data() + i * 4, 4);
-                            } else {
-                                uint16_t h;
-                                std::memcpy(&h, o.b.data() + i * 2, 2);
-                                w = bf16_to_f32(h);
-                            }
-                            want += double(o.a[size_t(r * c.K + k)]) * w;
-                            mag += std::fabs(double(o.a[size_t(r * c.K + k)]) * w);
-                        }
-                        ASSERT_NEAR(got[size_t(r * c.n + j)], want, 1e-5 * mag + 1e-30) << "r " << r << " j " << j;
-                    }
-            }
+            for (const Case& c : kCases) expect_near_float64(*t, dt, c);
+    }
+}
+
+// The AMX tiles: near float64 on their own blocks and tails; the same bits whatever rows a call holds (a task's rows
+// are the tokens routed to an expert, which no thread count changes; split at 32-row blocks and off them, both halves
+// past the streaming path) and on reruns; everything that is not bf16 x bf16-valued rows keeps the avx512 bits.
+TEST(CpuKernels, AmxTilesNearTheFloat64Product) {
+    if (amx_skip()) GTEST_SKIP() << amx_skip();
+    for (const Case& c : kAmxCases) expect_near_float64(*amx_kernels(), DType::kBF16, c);
+    for (const Case& c : kCases) expect_near_float64(*amx_kernels(), DType::kBF16, c);
+}
+
+TEST(CpuKernels, AmxTilesGiveTheSameBitsForAnyRowSplit) {
+    if (amx_skip()) GTEST_SKIP() << amx_skip();
+    const KernelTable& t = *amx_kernels();
+    for (const Case& c : kAmxCases) {
+        if (c.m < 2 * 25) continue;
+        SCOPED_TRACE(::testing::Message()
+                     << "m " << c.m << " n " << c.n << " K " << c.K << (c.transposed ? " transposed" : " rows"));
+        const Operands o = make(c, DType::kBF16, true, uint64_t(c.n * 31 + c.K));
+        const std::vector<float> whole = run(t, o, c);
+        expect_same_bits(whole, run(t, o, c), "amx rerun");
+        for (int64_t split : {int64_t(32), int64_t(25), c.m - 25}) {
+            std::vector<float> parts(whole.size(), std::nanf(""));
+            gemm_rows(t, o.rows.data(), split, o.w, c.n, parts.data(), c.n);
+            gemm_rows(t, o.rows.data() + split, c.m - split, o.w, c.n, parts.data() + split * c.n, c.n);
+            expect_same_bits(whole, parts, "amx whole vs split rows");
+        }
+    }
+}
+
+TEST(CpuKernels, AmxTableKeepsTheAvx512BitsElsewhere) {
+    if (amx_skip()) GTEST_SKIP() << amx_skip();
+    for (const Case& c : kCases) {
+        SCOPED_TRACE(::testing::Message() << "m " << c.m << " n " << c.n << " K " << c.K);
+        for (DType dt : {DType::kF32, DType::kF16}) {
+            const Operands o = make(c, dt, true, 5);
+            expect_same_bits(run(*amx_kernels(), o, c), run(*avx512_kernels(), o, c), "amx table, f32/f16 weights");
+        }
+        const Operands f32_rows = make(c, DType::kBF16, false, 7);  // rows that are not bf16 values: the f32 tile
+        expect_same_bits(run(*amx_kernels(), f32_rows, c), run(*avx512_kernels(), f32_rows, c), "amx table, f32 rows");
+        if (choose_path(c.m, c.transposed) == GemmPath::kStream) {  // decode keeps the f32 GEMV
+            const Operands o = make(c, DType::kBF16, true, 9);
+            expect_same_bits(run(*amx_kernels(), o, c), run(*avx512_kernels(), o, c), "amx table decode");
+        }
+    }
+}
+
+// dense_gemm splits rows and columns into tasks by shape alone, so any thread count gives the same bits; on the amx
+// table (where kernels() picks it) with bf16-valued A that is the AMX path, its tiles set up on every worker thread.
+TEST(CpuKernels, AmxDenseGemmSameBitsForAnyThreadCount) {
+    if (amx_skip()) GTEST_SKIP() << amx_skip();
+    if (std::string(kernels().name) != "amx") GTEST_SKIP() << "MOEX_CPU_KERNELS chose " << kernels().name;
+    const Case c{1100, 300, 1100, false};
+    const Operands o = make(c, DType::kBF16, true, 3);
+    std::vector<float> first(size_t(c.m * c.n));
+    dense_gemm(o.a.data(), o.b.data(), DType::kBF16, first.data(), c.m, c.n, c.K, 1);
+    expect_same_bits(first, run(*amx_kernels(), o, c), "dense_gemm vs gemm_rows");
+    for (int threads : {2, 3, 16, 0}) {
+        std::vector<float> again(first.size(), std::nanf(""));
+        dense_gemm(o.a.data(), o.b.data(), DType::kBF16, again.data(), c.m, c.n, c.K, threads);
+        expect_same_bits(first, again, "dense_gemm threads");
     }
 }
 
 // MOEX_CPU_KERNELS (tests/CMakeLists.txt reruns tests under each value) selects that table where the CPU has it,
-// avx512_bf16 included (it is never chosen without being asked for).
+// avx512_bf16 included (it is never chosen without being asked for); unforced, amx wherever the CPU and OS allow it.
 TEST(CpuKernels, ForcedTableIsTheOneThatRuns) {
     const char* force = std::getenv("MOEX_CPU_KERNELS");
     const std::string want = force ? force : "";
     if (want.empty()) {
         EXPECT_STRNE(kernels().name, "avx512_bf16") << "the vdpbf16ps table is opt-in";
+        if (amx_kernels() != nullptr) EXPECT_EQ(&kernels(), amx_kernels()) << "amx is the default where it runs";
         return;
     }
     const KernelTable* t = want == "scalar"        ? &scalar_kernels()
                            : want == "avx2"        ? avx2_kernels()
                            : want == "avx512"      ? avx512_kernels()
                            : want == "avx512_bf16" ? avx512_bf16_kernels()
+                           : want == "amx"         ? amx_kernels()
                                                    : nullptr;
     if (t == nullptr) GTEST_SKIP() << "this CPU has no " << want;
     EXPECT_EQ(&kernels(), t);
