@@ -229,12 +229,15 @@ CpuInfo probe_cpu() {
     const std::string_view table = cpu::gemm_kernels();
     // What the experts' GEMMs run in each table (src/cpu/kernels.h).
     const char* what =
-        table == "avx512_bf16" ? "prefill: vdpbf16ps 12x32 tile for bf16, AVX-512F 12x32 f32 tile otherwise; decode: "
-                                 "AVX-512 GEMV (AVX2 for 1 row and transposed weights), AVX-512 quantized GEMV"
-        : table == "avx512"    ? "prefill: AVX-512F 12x32 f32 tile; decode: AVX-512 GEMV (AVX2 for 1 row and "
-                                 "transposed weights), AVX-512 quantized GEMV"
-        : table == "avx2"      ? "prefill: AVX2 6x16 f32 tile; decode: AVX2 GEMV"
-                               : "portable C++";
+        table == "amx" ? "prefill: AMX-BF16 tiles (32x32 f32 blocks of TDPBF16PS) for bf16, AVX-512F 12x32 f32 "
+                         "tile otherwise; decode: AVX-512 GEMV (AVX2 for 1 row and transposed weights), "
+                         "AVX-512 quantized GEMV"
+        : table == "avx512_bf16" ? "prefill: vdpbf16ps 12x32 tile for bf16, AVX-512F 12x32 f32 tile otherwise; decode: "
+                                   "AVX-512 GEMV (AVX2 for 1 row and transposed weights), AVX-512 quantized GEMV"
+        : table == "avx512"      ? "prefill: AVX-512F 12x32 f32 tile; decode: AVX-512 GEMV (AVX2 for 1 row and "
+                                   "transposed weights), AVX-512 quantized GEMV"
+        : table == "avx2"        ? "prefill: AVX2 6x16 f32 tile; decode: AVX2 GEMV"
+                                 : "portable C++";
     c.kernels = fmt::format("{} ({})", table, what);
     return c;
 }
@@ -305,8 +308,13 @@ MachineFloor measure_floor(int threads, DType weight_dtype, int64_t read_bytes, 
     if (weight_dtype != DType::kF32) {
         Tensor B16(weight_dtype, {n, n});
         common::fill_random(B16.view(), 0.02, 2, common::Distribution::kUniform, threads);
+        // bf16: A rounded to bf16 like the experts' rows (x of a bf16 model, h rounded): what sends a GEMM to the amx
+        // and avx512_bf16 tiles, so the floor is the rate the experts can reach (the f32 tile runs alike on either).
+        std::vector<float> a16(a, a + n * n);
+        if (weight_dtype == DType::kBF16)
+            for (float& v : a16) v = bf16_to_f32(f32_to_bf16(v));
         const double g16 =
-            best_gflops(n, 3, [&] { cpu::dense_gemm(a, B16.data(), weight_dtype, c, n, n, n, threads); });
+            best_gflops(n, 3, [&] { cpu::dense_gemm(a16.data(), B16.data(), weight_dtype, c, n, n, n, threads); });
         f.gemms.push_back({fmt::format("moex dense_gemm {}-weight", dtype_name(weight_dtype)), g16});
     }
     for (const auto& g : f.gemms)
