@@ -44,16 +44,21 @@ __device__ __forceinline__ int64_t scale_index(const WeightScales& s, int64_t e,
     return (e * s.rows_b + (r >> s.row_shift)) * s.cols_b + (c >> s.col_shift);
 }
 
+// The stored word of weight (e, r, c)'s block scale (f32 bits, or the e4m3 / ue8m0 byte) and its value: split so a
+// kernel can load the word early and decode it where it is used, with nothing waiting on the load in between.
+__device__ __forceinline__ uint32_t scale_word_at(const WeightScales& s, int64_t i) {
+    return s.dtype == DType::kF32 ? static_cast<const uint32_t*>(s.data)[i] : static_cast<const uint8_t*>(s.data)[i];
+}
+__device__ __forceinline__ uint32_t weight_scale_word(const WeightScales& s, int64_t e, int64_t r, int64_t c) {
+    return scale_word_at(s, scale_index(s, e, r, c));
+}
+__device__ __forceinline__ float decode_scale_word(const WeightScales& s, uint32_t w) {
+    return s.dtype == DType::kF32 ? __uint_as_float(w) : s.dtype == DType::kFP8E4M3 ? e4m3_to_f32(w) : ue8m0_to_f32(w);
+}
+
 // scale(e, r, c) * global[e] of quantized weight (e, r, c).
 __device__ __forceinline__ float weight_scale(const WeightScales& s, int64_t e, int64_t r, int64_t c) {
-    const int64_t i = scale_index(s, e, r, c);
-    float v;
-    if (s.dtype == DType::kF32)
-        v = static_cast<const float*>(s.data)[i];
-    else if (s.dtype == DType::kFP8E4M3)
-        v = e4m3_to_f32(static_cast<const uint8_t*>(s.data)[i]);
-    else
-        v = ue8m0_to_f32(static_cast<const uint8_t*>(s.data)[i]);
+    const float v = decode_scale_word(s, weight_scale_word(s, e, r, c));
     return s.global != nullptr ? v * s.global[e] : v;
 }
 

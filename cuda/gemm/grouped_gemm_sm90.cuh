@@ -54,6 +54,12 @@ struct Sm90Params {
     int32_t a_slices, k_slice;
 };
 
+// kFp8: the scales of one K block as loaded (the rows' activation scales, the B halves' stored scale words).
+struct FpScaleWords {
+    float a_lo, a_hi;  // rows r_lo, r_lo + 8
+    uint32_t b[2];
+};
+
 // kFp8: one K block is 128 e4m3 values, the same 128-byte swizzled line (and stage bytes) as 64 bf16 values.
 template <bool kFp8>
 inline constexpr int32_t kStageK = kFp8 ? 128 : kBlockK;
@@ -192,51 +198,79 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
             if constexpr (kFp8) {
                 // Per K block and B half: 4 x m64n128k32 into tmp, then acc += tmp * a_scale(row) * b_scale(half).
                 // acc keeps the m64n256 layout (half h = registers 64h ..), so the epilogue is the bf16 one's.
-                // The scales of K block kb + 1 are loaded while block kb's MMAs run, so no promotion waits on an
-                // L2 round trip: [0], [1] = a_scale of rows r_lo, r_lo + 8; [2], [3] = the B halves' scales.
-                float tmp[64], sc[4], sc_next[4] = {};
-                auto load_scales = [&](int32_t kb, float(&s)[4]) {
-                    const int64_t ra =
-                        int64_t(row0 + static_cast<int32_t>(th.r_lo)) * p.a_slices + kb * kBK / p.k_slice;
-                    s[0] = p.a_scales[ra], s[1] = p.a_scales[ra + 8 * p.a_slices];
-                    s[2] = promo_scale(p.b_scales, e, half0, int64_t(kb) * kBK);
-                    // An N of 128 (ungated I = 128) leaves the second half past N: no scale row there.
-                    s[3] = half1 < p.epi.N ? promo_scale(p.b_scales, e, half1, int64_t(kb) * kBK) : 0.f;
+                // The scale words of K block kb are loaded when block kb - 2 starts, into one of three register
+                // sets used in turn (the loop is unrolled by three, so no set is ever copied): nothing waits on
+                // an L2 round trip until two blocks later. A one-block-ahead prefetch with a copy stalled each
+                // block on the copy, which the compiler placed between the two halves' MMAs (RESULTS L4).
+                float tmp[64];
+                FpScaleWords s0{}, s1{}, s2{};
+                const float g = !active || p.b_scales.global == nullptr ? 1.f : p.b_scales.global[e];
+                const bool has_half1 = half1 < p.epi.N;  // N = 128 (ungated I = 128): no second half, no scales
+                // This tile's scale rows, so that a K block's loads are offsets: the rows' activation scales
+                // (one slice per a_blocks K blocks) and the B halves' rows of weight blocks (shifts >= 7).
+                const float* a_row = p.a_scales + int64_t(row0 + static_cast<int32_t>(th.r_lo)) * p.a_slices;
+                const int32_t a_blocks = p.k_slice / kBK, b_shift = p.b_scales.col_shift - 7;
+                const auto b_row = [&](int32_t n) {
+                    return (int64_t(e) * p.b_scales.rows_b + (int64_t(n) >> p.b_scales.row_shift)) * p.b_scales.cols_b;
+                };
+                const int64_t b_row0 = active ? b_row(half0) : 0, b_row1 = active && has_half1 ? b_row(half1) : 0;
+                auto load_scales = [&](int32_t kb, FpScaleWords& s) {
+                    kb = min(kb, num_kb - 1);  // past the end: load the last block's again (in bounds, unused)
+                    // Shifts in 64 bits: a per-tensor scale is one block of shift 62 (cuda_bridge.cpp).
+                    const int32_t sa = a_blocks == 1 ? kb : kb / a_blocks;
+                    const int64_t sb = int64_t(kb) >> b_shift;
+                    s.a_lo = a_row[sa], s.a_hi = a_row[sa + 8 * p.a_slices];
+                    s.b[0] = scale_word_at(p.b_scales, b_row0 + sb);
+                    s.b[1] = has_half1 ? scale_word_at(p.b_scales, b_row1 + sb) : 0u;
+                };
+                // One K block: both halves' MMAs, each waited for and promoted. The block's bookkeeping (the scale
+                // loads two blocks ahead, this block's B scales) is issued while the first half's MMAs run, and the
+                // stage is released as soon as the second half's MMAs are done, before its promotion: the warps'
+                // own instructions were what held the tensor cores back (RESULTS L7).
+                auto issue_half = [&](int h) {
+                    wgmma_fence();
+#pragma unroll
+                    for (uint32_t k = 0; k < kBK / 32; ++k) {
+                        wgmma_m64n128k32_e4m3(tmp, desc_advance(desc_a0, stage * kABytes + k * 32),
+                                              desc_advance(desc_b0, stage * kBBytes + h * (kBBytes / 2) + k * 32), k);
+                    }
+                    wgmma_commit();
+                    fence_accumulators(tmp);
+                };
+                auto promote_half = [&](int h, float s_lo, float s_hi) {
+                    wgmma_wait<0>();
+                    fence_accumulators(tmp);
+                    if (h == 1) release(stage);
+#pragma unroll
+                    for (int i = 0; i < 64; ++i)
+                        acc[64 * h + i] = fmaf(tmp[i], (i % 4) < 2 ? s_lo : s_hi, acc[64 * h + i]);
+                };
+                auto k_block = [&](int32_t kb, const FpScaleWords& cur, FpScaleWords& fill) {
+                    mbar_wait(&full[stage], phase);
+                    issue_half(0);
+                    load_scales(kb + 2, fill);
+                    const float w0 = decode_scale_word(p.b_scales, cur.b[0]) * g;
+                    const float w1 = has_half1 ? decode_scale_word(p.b_scales, cur.b[1]) * g : 0.f;
+                    promote_half(0, cur.a_lo * w0, cur.a_hi * w0);
+                    issue_half(1);
+                    promote_half(1, cur.a_lo * w1, cur.a_hi * w1);
+                    if (++stage == kStages) stage = 0, phase ^= 1;
                 };
 #pragma unroll
                 for (int i = 0; i < 128; ++i) acc[i] = 0.f;
-                if (active) load_scales(0, sc);
-                for (int32_t kb = 0; kb < num_kb; ++kb) {
-                    if (active) {
-                        if (kb + 1 < num_kb) load_scales(kb + 1, sc_next);
-                        const float sa_lo = sc[0], sa_hi = sc[1];
-                        const float sw[2] = {sc[2], sc[3]};
-                        mbar_wait(&full[stage], phase);
-#pragma unroll
-                        for (int h = 0; h < 2; ++h) {
-                            wgmma_fence();
-#pragma unroll
-                            for (uint32_t k = 0; k < kBK / 32; ++k) {
-                                wgmma_m64n128k32_e4m3(
-                                    tmp, desc_advance(desc_a0, stage * kABytes + k * 32),
-                                    desc_advance(desc_b0, stage * kBBytes + h * (kBBytes / 2) + k * 32), k);
-                            }
-                            wgmma_commit();
-                            fence_accumulators(tmp);
-                            wgmma_wait<0>();
-                            fence_accumulators(tmp);
-                            const float s_lo = sa_lo * sw[h], s_hi = sa_hi * sw[h];
-#pragma unroll
-                            for (int i = 0; i < 64; ++i)
-                                acc[64 * h + i] = fmaf(tmp[i], (i % 4) < 2 ? s_lo : s_hi, acc[64 * h + i]);
-                        }
-#pragma unroll
-                        for (int i = 0; i < 4; ++i) sc[i] = sc_next[i];
-                    } else {
-                        mbar_wait(&full[stage], phase);
+                if (active) {
+                    load_scales(0, s0), load_scales(1, s1);
+                    for (int32_t kb = 0; kb < num_kb; kb += 3) {
+                        k_block(kb, s0, s2);
+                        if (kb + 1 < num_kb) k_block(kb + 1, s1, s0);
+                        if (kb + 2 < num_kb) k_block(kb + 2, s2, s1);
                     }
-                    release(stage);
-                    if (++stage == kStages) stage = 0, phase ^= 1;
+                } else {
+                    for (int32_t kb = 0; kb < num_kb; ++kb) {
+                        mbar_wait(&full[stage], phase);
+                        release(stage);
+                        if (++stage == kStages) stage = 0, phase ^= 1;
+                    }
                 }
             } else {
                 for (int32_t kb = 0; kb < num_kb; ++kb) {
