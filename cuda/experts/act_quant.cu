@@ -85,7 +85,73 @@ void act_quant_typed(const ActQuantArgs& a, cudaStream_t stream) {
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, act_quant_kernel<T>, a));
 }
 
+// Gather + dynamic quantization, groups of 128: one warp per (row, group), lane l holding values 4l .. 4l + 3 (one
+// 8- or 16-byte load), one pass, the four codes stored as one word. The same f32 operations as act_quant_kernel.
+template <class T>
+__global__ void __launch_bounds__(32 * kWarps) gather_act_quant_kernel(const __grid_constant__ GatherQuantArgs a) {
+    const GatherArgs& g = a.gather;
+    const int64_t groups = g.H / 128, total = *g.total_rows;
+    const int64_t lane = threadIdx.x % 32, items = total * groups;
+    const int64_t stride = int64_t(gridDim.x) * kWarps;
+    for (int64_t item = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; item < items; item += stride) {
+        const int64_t r = item / groups, k0 = (item % groups) * 128 + 4 * lane;
+        const int s = g.row_slot[r];
+        float v[4] = {0.f, 0.f, 0.f, 0.f};
+        if (s >= 0) {
+            const T* src = static_cast<const T*>(g.x) + int64_t(s / g.k) * g.H + k0;
+            if constexpr (sizeof(T) == 4) {
+                const float4 w = __ldg(reinterpret_cast<const float4*>(src));
+                v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w;
+            } else {
+                const uint2 w = __ldg(reinterpret_cast<const uint2*>(src));
+                const T* h = reinterpret_cast<const T*>(&w);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) v[i] = to_f32(h[i]);
+            }
+        }
+        float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        // An all-zero group (padding rows, zero inputs) stays zero, codes 0 with scale 0 (the division would be NaN).
+        const float sc = amax == 0.0f ? 0.0f : __fdiv_rn(amax, 448.0f);
+        uint32_t word = 0;
+        if (amax != 0.0f) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) word |= uint32_t(f32_to_e4m3(__fdiv_rn(v[i], sc))) << (8 * i);
+        }
+        *reinterpret_cast<uint32_t*>(a.dst + r * g.H + k0) = word;
+        if (lane == 0) {
+            a.scale_out[item] = sc;
+            if (item % groups == 0 && g.row_scale != nullptr)
+                g.row_scale[r] = s >= 0 ? load_weight(g.topk_weights, g.weights_f32, g.dtype, s) : 0.0f;
+        }
+    }
+}
+
 }  // namespace
+
+bool gather_act_quant_takes(const GatherArgs& g, int64_t group, bool static_scales) {
+    const int64_t esize = dtype_size(g.dtype);
+    return !static_scales && group == 128 && g.H % 128 == 0 && (esize == 2 || esize == 4) &&
+           reinterpret_cast<uintptr_t>(g.x) % (4 * esize) == 0;
+}
+
+void launch_gather_act_quant(const GatherQuantArgs& a, cudaStream_t stream) {
+    const GatherArgs& g = a.gather;
+    MOEX_REQUIRE(gather_act_quant_takes(g, 128, false), ErrorCode::kInvalidArgument,
+                 "gather + activation quantization: needs groups of 128 and aligned rows (gather_act_quant_takes)");
+    if (g.rows_bound == 0) return;
+    const int64_t items = g.rows_bound * (g.H / 128);
+    const int64_t max_blocks = int64_t(device_state().sm_count) * 16;
+    const unsigned blocks = unsigned(std::max<int64_t>(1, std::min(ceil_div(items, int64_t(kWarps)), max_blocks)));
+    switch (g.dtype) {
+        case DType::kBF16: gather_act_quant_kernel<__nv_bfloat16><<<blocks, 32 * kWarps, 0, stream>>>(a); break;
+        case DType::kF16: gather_act_quant_kernel<__half><<<blocks, 32 * kWarps, 0, stream>>>(a); break;
+        case DType::kF32: gather_act_quant_kernel<float><<<blocks, 32 * kWarps, 0, stream>>>(a); break;
+        default: fail(ErrorCode::kInvalidArgument, "gather + activation quantization: bf16, f16 or f32 activations");
+    }
+    MOEX_LAUNCH_CHECK();
+}
 
 void launch_act_quant(const ActQuantArgs& a, cudaStream_t stream) {
     if (a.rows == 0) return;

@@ -1,6 +1,7 @@
 // The grouped_mm pipeline (prefill): device routing into 128-row expert blocks -> gather of x -> grouped GEMM up
 // (gate epilogue, bias) -> grouped GEMM down (bias, row_scale = routing weight, f32 out) -> combine in token order.
-// Quantized activations are rounded after the gather and after the up GEMM (e4m3 bytes for the FP8 kernel).
+// Quantized activations are rounded after the gather and after the up GEMM (e4m3 bytes for the FP8 kernel; its x
+// is gathered and rounded in one pass).
 // No host sync: every size the host needs is a bound (P = S + min(E, S) * 127), so the call is graph-capturable.
 #include <string>
 
@@ -87,7 +88,15 @@ void run_grouped(const ExpertsArgs& a, cudaStream_t stream, const GroupedOptions
     }
 
     launch_routing(r, stream);
-    launch_gather_rows(gather_args(a, r, ws.at<void>(x_rows), ws.at<float>(row_scale), P), stream);
+    const GatherArgs gather = gather_args(a, r, ws.at<void>(x_rows), ws.at<float>(row_scale), P);
+    // The FP8 kernel's e4m3 x straight from the token rows (one pass, no (P, H) rows in the dtype), when it can.
+    const bool fused_x_quant =
+        up.a_fp8 && gather_act_quant_takes(gather, act_group(a, true), a.act_quant.mode == ActivationQuant::kStatic);
+    if (fused_x_quant)
+        launch_gather_act_quant(
+            GatherQuantArgs{gather, static_cast<uint8_t*>(const_cast<void*>(up.A)), ws.at<float>(x_scales)}, stream);
+    else
+        launch_gather_rows(gather, stream);
     // Quantized activations: the gathered rows and later h rounded (in place, or into e4m3 bytes for the FP8
     // kernel), each row by its tile's expert.
     auto quantize_rows = [&](bool is_up, void* rows, const GroupedGemmArgs& gemm) {
@@ -97,7 +106,7 @@ void run_grouped(const ExpertsArgs& a, cudaStream_t stream, const GroupedOptions
         q.dst_e4m3 = gemm.a_fp8;
         launch_act_quant(q, stream);
     };
-    if (quantizes_activations(a)) quantize_rows(true, ws.at<void>(x_rows), up);
+    if (quantizes_activations(a) && !fused_x_quant) quantize_rows(true, ws.at<void>(x_rows), up);
     launch_gemm(up);
 
     if (!a.has_gate) {  // the GEMM contract has no "act only" epilogue: activation in one row-wise pass
