@@ -280,7 +280,8 @@ void experts_backward_call(const std::string& backend, const Array& x, const Arr
                            const std::optional<Array>& grad_gate_up, const std::optional<Array>& grad_down,
                            const std::optional<Array>& grad_gate_up_bias, const std::optional<Array>& grad_down_bias,
                            bool has_gate, bool is_transposed, bool is_concatenated, const std::string& activation,
-                           const std::string& gate, float swiglu_alpha, float swiglu_limit, int num_threads) {
+                           const std::string& gate, float swiglu_alpha, float swiglu_limit, int num_threads,
+                           uintptr_t stream) {
     const Layout layout{has_gate, is_transposed, is_concatenated, activation, gate, swiglu_alpha, swiglu_limit};
     const Array* required[] = {&x, &ids, &weights, &gate_up, &down};
     auto view = [&](int a, const char* name, bool bytes) {
@@ -299,6 +300,7 @@ void experts_backward_call(const std::string& backend, const Array& x, const Arr
     const TensorView go = view_of(grad_out, "grad_out");
     RunOptions options;
     options.num_threads = num_threads;
+    options.cuda_stream = reinterpret_cast<void*>(stream);  // CUDA: the caller's stream (0 = the default stream)
     const std::string name = backend == "auto" ? auto_backend(p) : backend;
     const Backend& b = ExpertsInterface::global().get(name);
     nb::gil_scoped_release release;
@@ -692,10 +694,10 @@ NB_MODULE(_moex, m) {
           "grad_out"_a, "grad_hidden_states"_a.none(), "grad_top_k_weights"_a.none(), "grad_gate_up_proj"_a.none(),
           "grad_down_proj"_a.none(), "grad_gate_up_bias"_a.none(), "grad_down_bias"_a.none(), "has_gate"_a = true,
           "is_transposed"_a = false, "is_concatenated"_a = true, "activation"_a = "silu", "gate"_a = "default",
-          "swiglu_alpha"_a = 1.702f, "swiglu_limit"_a = 7.0f, "num_threads"_a = 0,
+          "swiglu_alpha"_a = 1.702f, "swiglu_limit"_a = 7.0f, "num_threads"_a = 0, "stream"_a = 0,
           "The backward of one experts call: writes the gradients given (None: not computed) from grad_out (T, H); "
-          "each has its input's shape and dtype. Backends without a backward on the tensors' device raise "
-          "NotImplementedError naming those with one.");
+          "each has its input's shape and dtype; CUDA work goes on `stream`. Backends without a backward on the "
+          "tensors' device raise NotImplementedError naming those with one.");
     m.def(
         "backends",
         [] {

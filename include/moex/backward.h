@@ -24,10 +24,11 @@ struct ExpertsGrads {
 void validate_backward(const ExpertsProblem& problem, const TensorView& grad_out, const ExpertsGrads& grads);
 
 // The backward of the contract's math in f32 arithmetic (h = gate(...) rounded to the activation dtype as the
-// forward does; each gradient rounded once to its dtype), shared by the CPU eager, batched_mm and grouped_mm
-// backends. Bitwise deterministic for any thread count (options.num_threads, 0 = all). CPU tensors only: CUDA ones
-// are refused naming the backends that have a backward there (none yet).
+// forward does; each gradient rounded once to its dtype), shared by the eager, batched_mm and grouped_mm backends
+// on the CPU and by batched_mm and grouped_mm on CUDA. Deterministic: on the CPU the same bits for any thread count
+// (num_threads, 0 = all), on CUDA the same bits on every run (no float atomics; ordered on cuda_stream, nullptr = the
+// default stream, without synchronising the host; CUDA tensors on the current device).
 void experts_backward(const ExpertsProblem& problem, const TensorView& grad_out, const ExpertsGrads& grads,
-                      int num_threads = 0);
+                      int num_threads = 0, void* cuda_stream = nullptr);
 
 }  // namespace moex

@@ -11,8 +11,9 @@ Training: the op's registered autograd calls a second custom op, ``moex::experts
 implementation, so torch.compile traces forward and backward without graph breaks), which recomputes gate/up and h
 from the saved inputs (x, routing, weights; no (S, H) expert outputs are kept) and returns the gradients of
 hidden_states, top_k_weights, both projections and their biases. The CPU eager, batched_mm and grouped_mm share one
-deterministic backward (BACKENDS_WITH_BACKWARD, from the registry); a backward on a device or backend without one
-(CUDA today) or through quantized weights raises ``NotImplementedError`` naming the backends that have one.
+deterministic backward, and so do batched_mm and grouped_mm on CUDA (on torch's current stream, no host sync;
+BACKENDS_WITH_BACKWARD and the per-device lists come from the registry); a backward on a device or backend without
+one (eager on CUDA) or through quantized weights raises ``NotImplementedError`` naming the backends that have one.
 """
 
 from typing import List, Optional
@@ -133,6 +134,18 @@ def experts_backward_op(grad_out: torch.Tensor, hidden_states: torch.Tensor, top
     """The gradients of moex::experts for grad_out (T, H): [hidden_states, top_k_weights, gate_up_proj, down_proj,
     gate_up_bias, down_bias], each in its input's shape and dtype ((0,) for an absent bias). Nothing of the forward is
     kept: the backward recomputes gate/up and h from the inputs."""
+    if hidden_states.is_cuda and hidden_states.device.index != torch.cuda.current_device():
+        with torch.cuda.device(hidden_states.device):
+            return _run_backward(grad_out, hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj,
+                                 gate_up_bias, down_bias, backend, has_gate, is_transposed, is_concatenated,
+                                 activation, gate, swiglu_alpha, swiglu_limit)
+    return _run_backward(grad_out, hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, gate_up_bias,
+                         down_bias, backend, has_gate, is_transposed, is_concatenated, activation, gate, swiglu_alpha,
+                         swiglu_limit)
+
+
+def _run_backward(grad_out, hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, gate_up_bias,
+                  down_bias, backend, *layout) -> List[torch.Tensor]:
     grads = [torch.empty_like(t, memory_format=torch.contiguous_format)
              for t in (hidden_states, top_k_weights, gate_up_proj, down_proj)]
     bias_grads = [torch.empty_like(b, memory_format=torch.contiguous_format) if b is not None
@@ -142,11 +155,11 @@ def experts_backward_op(grad_out: torch.Tensor, hidden_states: torch.Tensor, top
     db = None if down_bias is None else _to_dlpack(down_bias)
     gub = None if gate_up_bias is None else _to_dlpack(bias_grads[0])
     gdb = None if down_bias is None else _to_dlpack(bias_grads[1])
+    stream = _cuda_stream(hidden_states) if hidden_states.is_cuda else 0
     _moex.experts_backward(backend, _to_dlpack(hidden_states), _to_dlpack(top_k_index), _to_dlpack(top_k_weights),
                            _to_dlpack(gate_up_proj), _to_dlpack(down_proj), ub, db, _to_dlpack(grad_out.contiguous()),
                            _to_dlpack(grads[0]), _to_dlpack(grads[1]), _to_dlpack(grads[2]), _to_dlpack(grads[3]), gub,
-                           gdb, has_gate, is_transposed, is_concatenated, activation, gate, swiglu_alpha,
-                           swiglu_limit)
+                           gdb, *layout, 0, stream)
     return grads
 
 

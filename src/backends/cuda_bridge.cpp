@@ -1,8 +1,10 @@
-// ExpertsProblem -> cuda::ExpertsArgs (the one place the call is described for the kernels), and the CUDA probe.
+// ExpertsProblem -> cuda::ExpertsArgs (the one place the call is described for the kernels), the backward's args on
+// top of them, and the CUDA probe.
 #include "src/backends/cuda_bridge.h"
 
 #include <bit>
 
+#include "cuda/backward/backward.h"
 #include "moex/error.h"
 #include "moex/quant.h"
 
@@ -55,16 +57,10 @@ cuda::ActQuant act_quant(const ExpertsProblem& p) {
     return a;
 }
 
-}  // namespace
-
-void run_cuda(const ExpertsProblem& p, const TensorView& out, cuda::Algo algo, const RunOptions& options) {
-    if (p.quant.enabled()) {
-        MOEX_REQUIRE(algo != cuda::Algo::kEager, ErrorCode::kUnsupported,
-                     "the CUDA eager pipeline takes no quantized experts (use batched_mm or grouped_mm)");
-        if (auto why = cuda_quant_refusal(p)) fail(ErrorCode::kUnsupported, *why);
-    }
+// The call as the kernels see it; `out` is the forward's output (nullptr for the backward).
+cuda::ExpertsArgs experts_args(const ExpertsProblem& p, void* out) {
     const auto data = [](const TensorView& t) -> const void* { return t.defined() ? t.data : nullptr; };
-    const cuda::ExpertsArgs args{
+    return cuda::ExpertsArgs{
         .hidden_states = p.hidden_states.data,
         .top_k_index = p.top_k_index.data,
         .top_k_weights = p.top_k_weights.data,
@@ -72,7 +68,7 @@ void run_cuda(const ExpertsProblem& p, const TensorView& out, cuda::Algo algo, c
         .down_proj = p.down_proj.data,
         .gate_up_bias = data(p.gate_up_bias),
         .down_bias = data(p.down_bias),
-        .out = out.data,
+        .out = out,
         .T = p.T(),
         .H = p.H(),
         .I = p.I(),
@@ -93,7 +89,31 @@ void run_cuda(const ExpertsProblem& p, const TensorView& out, cuda::Algo algo, c
         .down_scales = weight_scales(p.quant, p.quant.down),
         .act_quant = act_quant(p),
     };
-    cuda::run_experts(args, algo, options.cuda_stream);
+}
+
+}  // namespace
+
+void run_cuda(const ExpertsProblem& p, const TensorView& out, cuda::Algo algo, const RunOptions& options) {
+    if (p.quant.enabled()) {
+        MOEX_REQUIRE(algo != cuda::Algo::kEager, ErrorCode::kUnsupported,
+                     "the CUDA eager pipeline takes no quantized experts (use batched_mm or grouped_mm)");
+        if (auto why = cuda_quant_refusal(p)) fail(ErrorCode::kUnsupported, *why);
+    }
+    cuda::run_experts(experts_args(p, out.data), algo, options.cuda_stream);
+}
+
+void run_cuda_backward(const ExpertsProblem& p, const TensorView& grad_out, const ExpertsGrads& g, void* stream) {
+    if (auto why = cuda_unavailable()) fail(ErrorCode::kUnsupported, "experts backward on cuda: " + *why);
+    const auto data = [](const TensorView& t) { return t.defined() ? t.data : nullptr; };
+    const cuda::ExpertsBackwardArgs args{.fwd = experts_args(p, nullptr),
+                                         .grad_out = grad_out.data,
+                                         .grad_hidden = data(g.hidden_states),
+                                         .grad_weights = data(g.top_k_weights),
+                                         .grad_gate_up = data(g.gate_up_proj),
+                                         .grad_down = data(g.down_proj),
+                                         .grad_gate_up_bias = data(g.gate_up_bias),
+                                         .grad_down_bias = data(g.down_bias)};
+    cuda::run_experts_backward(args, stream);
 }
 
 std::optional<std::string> cuda_unavailable() {
@@ -106,6 +126,10 @@ std::optional<std::string> cuda_unavailable() {
 
 void run_cuda(const ExpertsProblem&, const TensorView&, cuda::Algo, const RunOptions&) {
     fail(ErrorCode::kUnsupported, "this build of moex has no CUDA support");
+}
+
+void run_cuda_backward(const ExpertsProblem&, const TensorView&, const ExpertsGrads&, void*) {
+    fail(ErrorCode::kUnsupported, "experts backward on cuda: this build of moex has no CUDA support");
 }
 
 std::optional<std::string> cuda_unavailable() {

@@ -13,6 +13,10 @@ namespace moex::backends {
 // Runs the problem with a CUDA experts algorithm on the device; raises Error(kUnsupported) in a build without CUDA.
 void run_cuda(const ExpertsProblem& p, const TensorView& out, cuda::Algo algo, const RunOptions& options);
 
+// The shared CUDA backward of batched_mm and grouped_mm (moex/backward.h) on `stream`; the caller validated the
+// call (validate_backward). Raises Error(kUnsupported) without CUDA in the build or a usable device.
+void run_cuda_backward(const ExpertsProblem& p, const TensorView& grad_out, const ExpertsGrads& grads, void* stream);
+
 // Why the CUDA pipelines cannot run this quantized problem (block sizes that are not powers of two, or under 32
 // along K); nullopt = they can. Pure host logic, in every build.
 std::optional<std::string> cuda_quant_refusal(const ExpertsProblem& p);

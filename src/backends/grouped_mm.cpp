@@ -9,7 +9,7 @@ std::shared_ptr<const Backend> make_grouped_mm() {
         "grouped_mm",
         "Sorts rows by expert and runs grouped GEMMs over per-expert offsets, then a deterministic combine; for "
         "prefill.",
-        &cpu::run_grouped, cuda::Algo::kGrouped, /*cuda_syncs=*/false, /*cuda_quant=*/true);
+        &cpu::run_grouped, cuda::Algo::kGrouped, /*cuda_syncs=*/false, /*cuda_quant=*/true, /*cuda_backward=*/true);
 }
 
 }  // namespace moex::backends

@@ -21,13 +21,14 @@ class PortableBackend final : public Backend {
    public:
     using CpuKernel = void (*)(const ExpertsProblem&, const TensorView&, int num_threads);
     PortableBackend(std::string_view name, std::string_view description, CpuKernel cpu, cuda::Algo cuda,
-                    bool cuda_syncs, bool cuda_quant)
+                    bool cuda_syncs, bool cuda_quant, bool cuda_backward)
         : name_(name),
           description_(description),
           cpu_(cpu),
           cuda_(cuda),
           cuda_syncs_(cuda_syncs),
-          cuda_quant_(cuda_quant) {}
+          cuda_quant_(cuda_quant),
+          cuda_backward_(cuda_backward) {}
     std::string_view name() const override { return name_; }
     std::string_view description() const override { return description_; }
     std::vector<Device> devices() const override { return {Device::kCPU, Device::kCUDA}; }
@@ -56,19 +57,21 @@ class PortableBackend final : public Backend {
         }
         core::check_finite(p, out, options, name_);
     }
-    // One CPU backward serves all three (experts_backward); the CUDA pipelines have none yet.
-    bool has_backward(Device device) const override { return device == Device::kCPU; }
+    // One CPU backward serves all three, one CUDA backward the backends with cuda_backward (experts_backward).
+    bool has_backward(Device device) const override {
+        return device == Device::kCPU || (device == Device::kCUDA && cuda_backward_);
+    }
     void backward(const ExpertsProblem& p, const TensorView& grad_out, const ExpertsGrads& grads,
                   const RunOptions& options) const override {
-        if (p.device() != Device::kCPU) return Backend::backward(p, grad_out, grads, options);
-        experts_backward(p, grad_out, grads, options.num_threads);
+        if (!has_backward(p.device())) return Backend::backward(p, grad_out, grads, options);
+        experts_backward(p, grad_out, grads, options.num_threads, options.cuda_stream);
     }
 
    private:
     std::string_view name_, description_;
     CpuKernel cpu_;
     cuda::Algo cuda_;
-    bool cuda_syncs_, cuda_quant_;
+    bool cuda_syncs_, cuda_quant_, cuda_backward_;
 };
 
 class CudaRestriction final : public Backend {

@@ -1,11 +1,12 @@
 // The backward's checks (grad_out and every gradient view against the input it belongs to) and its dispatch: CPU
-// tensors go to the shared CPU backward, CUDA ones are refused naming the backends that have a backward there.
+// tensors go to the shared CPU backward, CUDA ones to the shared CUDA backward (src/backends/cuda_bridge.h).
 #include "moex/backward.h"
 
 #include <string>
 
 #include "moex/backend.h"
 #include "moex/error.h"
+#include "src/backends/cuda_bridge.h"
 #include "src/cpu/backward.h"
 
 namespace moex {
@@ -66,14 +67,16 @@ void validate_backward(const ExpertsProblem& p, const TensorView& grad_out, cons
     }
 }
 
-void experts_backward(const ExpertsProblem& p, const TensorView& grad_out, const ExpertsGrads& grads, int num_threads) {
+void experts_backward(const ExpertsProblem& p, const TensorView& grad_out, const ExpertsGrads& grads, int num_threads,
+                      void* cuda_stream) {
     validate_backward(p, grad_out, grads);
-    if (p.device() != Device::kCPU)
-        fail(ErrorCode::kUnsupported, "experts backward on " + std::string(device_name(p.device())) +
-                                          " tensors: no moex backend has one there yet (backends with a backward: " +
-                                          ExpertsInterface::global().backward_names_text(p.device()) + "; on cpu: " +
-                                          ExpertsInterface::global().backward_names_text(Device::kCPU) + ")");
-    cpu::run_backward(p, grad_out, grads, num_threads);
+    switch (p.device()) {
+        case Device::kCPU: return cpu::run_backward(p, grad_out, grads, num_threads);
+        case Device::kCUDA: return backends::run_cuda_backward(p, grad_out, grads, cuda_stream);
+    }
+    fail(ErrorCode::kUnsupported, "experts backward on " + std::string(device_name(p.device())) +
+                                      " tensors: backends with a backward on cpu: " +
+                                      ExpertsInterface::global().backward_names_text(Device::kCPU));
 }
 
 }  // namespace moex

@@ -1,0 +1,100 @@
+// Launchers of the backward's kernels (backward_gemm.cuh, backward_rows.cuh): one instantiation per activation
+// dtype and operand pairing (a gathered operand is in the dtype, a row buffer in f32).
+#include <algorithm>
+#include <string>
+
+#include "cuda/backward/backward_gemm.cuh"
+#include "cuda/backward/backward_rows.cuh"
+#include "cuda/common/check.h"
+#include "cuda/common/device.h"
+
+namespace moex::cuda::backward {
+namespace {
+
+// f(T{}) with T the element type of `dt`.
+template <class F>
+void with_dtype(DType dt, const char* what, F&& f) {
+    switch (dt) {
+        case DType::kBF16: return f(__nv_bfloat16{});
+        case DType::kF16: return f(__half{});
+        case DType::kF32: return f(float{});
+        default:
+            fail(ErrorCode::kInvalidArgument,
+                 std::string(what) + ": activations must be bf16, f16 or f32, not " + std::string(dtype_name(dt)));
+    }
+}
+
+// A grid-stride launch: enough CTAs to fill the device a few times over, at least one.
+unsigned stride_blocks(int64_t items, int64_t per_block, int64_t per_sm) {
+    const int64_t cap = int64_t(device_state().sm_count) * per_sm;
+    return unsigned(std::max<int64_t>(1, std::min(ceil_div(items, per_block), cap)));
+}
+
+}  // namespace
+
+void launch_row_gemm(const RowGemmArgs& g, cudaStream_t stream) {
+    const int64_t n_tiles = ceil_div(g.N, kTile);
+    MOEX_REQUIRE(g.max_tiles > 0 && g.max_tiles < (int64_t(1) << 31) && n_tiles > 0 && n_tiles < 65536,
+                 ErrorCode::kUnsupported,
+                 "experts backward: " + std::to_string(g.max_tiles) + " row tiles x " + std::to_string(n_tiles) +
+                     " column tiles do not fit a CUDA grid");
+    const dim3 grid(unsigned(g.max_tiles), unsigned(n_tiles));
+    with_dtype(g.dtype, "experts backward", [&](auto tb) {
+        using TB = decltype(tb);
+        if (g.A.row_slot) {
+            row_gemm_kernel<TB, TB><<<grid, kThreads, 0, stream>>>(g);
+        } else {
+            row_gemm_kernel<float, TB><<<grid, kThreads, 0, stream>>>(g);
+        }
+        MOEX_LAUNCH_CHECK();
+    });
+}
+
+void launch_weight_grad(const WeightGradArgs& g, cudaStream_t stream) {
+    const int64_t blocks = g.E * ceil_div(g.M, kTile) * ceil_div(g.L, kTile);
+    MOEX_REQUIRE(blocks > 0 && blocks < (int64_t(1) << 31), ErrorCode::kUnsupported,
+                 "experts backward: a weight gradient of " + std::to_string(g.E) + " x " + std::to_string(g.M) + " x " +
+                     std::to_string(g.L) + " needs more CTAs than a CUDA grid has");
+    MOEX_REQUIRE((g.P.row_slot == nullptr) != (g.Q.row_slot == nullptr), ErrorCode::kInvalidArgument,
+                 "experts backward: a weight gradient pairs one gathered operand with one row buffer");
+    with_dtype(g.dtype, "experts backward", [&](auto tc) {
+        using T = decltype(tc);
+        if (g.P.row_slot) {
+            weight_grad_kernel<T, float, T><<<unsigned(blocks), kThreads, 0, stream>>>(g);
+        } else {
+            weight_grad_kernel<float, T, T><<<unsigned(blocks), kThreads, 0, stream>>>(g);
+        }
+        MOEX_LAUNCH_CHECK();
+    });
+}
+
+void launch_column_sums(const ColumnSumArgs& a, cudaStream_t stream) {
+    const unsigned blocks = stride_blocks(a.E * a.L, 256, 32);
+    with_dtype(a.dtype, "experts backward", [&](auto tc) {
+        using T = decltype(tc);
+        if (a.src.row_slot) {
+            column_sum_kernel<T, T><<<blocks, 256, 0, stream>>>(a);
+        } else {
+            column_sum_kernel<float, T><<<blocks, 256, 0, stream>>>(a);
+        }
+        MOEX_LAUNCH_CHECK();
+    });
+}
+
+void launch_gate_grad(const GateGradArgs& a, cudaStream_t stream) {
+    const unsigned blocks = stride_blocks(a.S, 1, 16);
+    with_dtype(a.dtype, "experts backward", [&](auto t) {
+        gate_grad_kernel<decltype(t)><<<blocks, kGateThreads, 0, stream>>>(a);
+        MOEX_LAUNCH_CHECK();
+    });
+}
+
+void launch_token_sum(const TokenSumArgs& a, cudaStream_t stream) {
+    const unsigned blocks = stride_blocks(a.T * a.H, 256, 32);
+    with_dtype(a.dtype, "experts backward", [&](auto t) {
+        token_sum_kernel<decltype(t)><<<blocks, 256, 0, stream>>>(a);
+        MOEX_LAUNCH_CHECK();
+    });
+}
+
+}  // namespace moex::cuda::backward

@@ -1,0 +1,95 @@
+// The backward's kernels as the pipeline (backward.cu) sees them: one plain Args struct and one launcher each.
+// Rows are the routed rows sorted by expert (cuda/routing with align 1: no padding, row r of expert e in
+// [expert_row_start[e], expert_row_start[e] + expert_count[e]), slots in increasing order inside an expert).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/common/params.h"
+#include "moex/dtype.h"
+
+namespace moex::cuda::backward {
+
+inline constexpr int kTile = 64;  // rows and columns of a GEMM tile (and of a routing tile)
+
+// Routed row r of an operand: data + src(r) * ld elements (src(r) = row_slot[r] / k when gathered from a (T, ld)
+// tensor of `dtype`, else r in an (S, ld) float32 buffer), times row_scale[r] when given (one f32 product).
+struct RowOperand {
+    const void* data;
+    const int32_t* row_slot;  // (S,) gathered, or nullptr: an (S, ld) f32 buffer
+    const float* row_scale;   // (S,) or nullptr
+    int64_t ld, k;
+};
+
+// C (S, N) f32 = A (S, K) · B_eᵀ (+ bias_e) for each routing tile of kTile rows of expert e, K summed in order.
+// B_e(n, c) = B[e, n, c] (b_k_major, B (E, N, K)) or B[e, c, n] (B (E, K, N)), stored in `dtype`.
+struct RowGemmArgs {
+    RowOperand A;
+    const void* B;     // (E, N, K) | (E, K, N)  dtype
+    const void* bias;  // (E, N) dtype, or nullptr
+    float* C;          // (S, N)
+    const int32_t* tile_expert;
+    const int32_t* tile_row0;
+    const int32_t* tile_nrows;
+    const int32_t* num_tiles;
+    int64_t max_tiles, N, K;
+    DType dtype;
+    bool b_k_major;
+};
+void launch_row_gemm(const RowGemmArgs& args, cudaStream_t stream);
+
+// The weight gradient C_e (M, L) = Σ_r P(r, :)ᵀ Q(r, :) over expert e's rows in row order, rounded once to dtype;
+// experts without rows get zeros. One of P, Q is gathered (dtype), the other an f32 buffer.
+struct WeightGradArgs {
+    RowOperand P, Q;
+    void* C;  // (E, M, L) dtype
+    const int32_t* expert_row_start;
+    const int32_t* expert_count;
+    int64_t E, M, L;
+    DType dtype;
+};
+void launch_weight_grad(const WeightGradArgs& args, cudaStream_t stream);
+
+// The bias gradient out_e (L,) = Σ_r src(r, :) over expert e's rows in row order (the CPU's order), rounded once.
+struct ColumnSumArgs {
+    RowOperand src;  // gathered (dtype) or f32
+    void* out;       // (E, L) dtype
+    const int32_t* expert_row_start;
+    const int32_t* expert_count;
+    int64_t E, L;
+    DType dtype;
+};
+void launch_column_sums(const ColumnSumArgs& args, cudaStream_t stream);
+
+// Per slot s = t·k + j (one CTA each) of routed row r: h = round(gate(A_r)), dw = G_r·h + dO_t·bd_e (the routing
+// weight's gradient; sentinel slots get exactly 0), dA_r = gate'(A_r) ⊙ (w G_r). In place: A becomes dA, G becomes h.
+struct GateGradArgs {
+    float* AU;                // (S, N) f32: the up projection in, dA out
+    float* GH;                // (S, I) f32: G = dO·Wd in, h out
+    float* row_w;             // (S,) the routing weight of each row, out
+    const void* dout;         // (T, H) dtype
+    const void* down_bias;    // (E, H) dtype, or nullptr
+    const void* ids;          // (T, k) int32 | int64
+    const void* weights;      // (T, k) f32 | dtype
+    void* grad_weights;       // (T, k) f32 | dtype, or nullptr
+    const int32_t* slot_row;  // (S,) row of slot s, -1 for a sentinel
+    int64_t S, N, I, H, E, k;
+    DType dtype;
+    bool ids_i64, weights_f32, has_gate;
+    GateParams gate;
+};
+void launch_gate_grad(const GateGradArgs& args, cudaStream_t stream);
+
+// dx[t] = Σ_j dX_rows[slot_row[t·k + j]] in slot order (sentinels skipped), rounded once to dtype.
+struct TokenSumArgs {
+    const float* rows;        // (S, H) f32
+    const int32_t* slot_row;  // (S,)
+    void* out;                // (T, H) dtype
+    int64_t T, H, k;
+    DType dtype;
+};
+void launch_token_sum(const TokenSumArgs& args, cudaStream_t stream);
+
+}  // namespace moex::cuda::backward

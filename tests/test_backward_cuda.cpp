@@ -1,0 +1,195 @@
+// The CUDA experts backward (batched_mm and grouped_mm share it) against the float64 reference backward
+// (backward_reference.h): every layout x activation x {bf16, f16, f32} x T in {0, 1, 23, 300} with sentinel ids,
+// gradients poisoned before each run; larger shapes with column and K tails; two runs bitwise equal; only the
+// requested gradients written. Skips itself without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "moex/backend.h"
+#include "moex/backward.h"
+#include "moex/device.h"
+#include "tests/backward_reference.h"
+#include "tests/test_support.h"
+
+namespace moex::test {
+namespace {
+
+#define MOEX_NEED_CUDA()                                                \
+    do {                                                                \
+        if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"; \
+    } while (0)
+
+// Gradient buffers on the device shaped like the problem's inputs, poisoned (0xff: NaN) before each run.
+struct DeviceGrads {
+    DeviceTensor x, w, up, down, bu, bd;
+    ExpertsGrads views;
+    explicit DeviceGrads(const ExpertsProblem& p) {
+        auto like = [](const TensorView& v) { return DeviceTensor(v.dtype, v.shape, v.ndim, Device::kCUDA); };
+        x = like(p.hidden_states), w = like(p.top_k_weights), up = like(p.gate_up_proj), down = like(p.down_proj);
+        views = {x.view(), w.view(), up.view(), down.view(), {}, {}};
+        if (p.gate_up_bias.defined()) bu = like(p.gate_up_bias), views.gate_up_bias = bu.view();
+        if (p.down_bias.defined()) bd = like(p.down_bias), views.down_bias = bd.view();
+        for (DeviceTensor* t : {&x, &w, &up, &down, &bu, &bd})
+            if (t->view().defined()) t->fill_bytes(0xff);
+    }
+};
+
+// A device gradient copied to the host (an undefined one stays undefined).
+Tensor to_host(const DeviceTensor& d) {
+    const TensorView& v = d.view();
+    if (!v.defined()) return Tensor();
+    Tensor h(v.dtype, v.shape, v.ndim);
+    d.copy_to_host(h.view());
+    return h;
+}
+
+struct HostGrads {
+    Tensor x, w, up, down, bu, bd;
+};
+
+HostGrads run_cuda_backward(const char* backend, const PlacedProblem& placed, const DeviceTensor& dout,
+                            const DeviceGrads& g) {
+    ExpertsInterface::global().backward(backend, placed.problem, dout.view(), g.views);
+    device_synchronize(Device::kCUDA);
+    return {to_host(g.x), to_host(g.w), to_host(g.up), to_host(g.down), to_host(g.bu), to_host(g.bd)};
+}
+
+// Every gradient against the float64 reference; sentinel slots' weight gradients exactly 0.
+void expect_matches_reference(const ExpertsProblem& p, const Tensor& dout, const HostGrads& b) {
+    const Dense d = dense_of(p);
+    Grads64 r;
+    forward_backward(d, as_doubles(dout.view()), p.dtype() == DType::kF32 ? DType::kF64 : p.dtype(), &r);
+    const DType dt = p.dtype();
+    EXPECT_TRUE(close("dx", b.x.view(), r.x, dt));
+    EXPECT_TRUE(close("dw", b.w.view(), r.w, dt));
+    EXPECT_TRUE(close("d gate_up_proj", b.up.view(), up_storage(d, r.wu), dt));
+    EXPECT_TRUE(close("d down_proj", b.down.view(), down_storage(d, r.wd), dt));
+    if (p.gate_up_bias.defined()) EXPECT_TRUE(close("d gate_up_bias", b.bu.view(), r.bu, dt));
+    if (p.down_bias.defined()) EXPECT_TRUE(close("d down_bias", b.bd.view(), r.bd, dt));
+    for (int64_t s = 0; s < p.T() * p.k(); ++s) {
+        const int64_t e = d.ids[size_t(s)];
+        if (e < 0 || e >= p.E()) {
+            const double got = load_as_double(b.w.view(), s);
+            EXPECT_TRUE(got == 0.0 && !std::signbit(got)) << "sentinel slot " << s << ": dw = " << got;
+        }
+    }
+}
+
+// One problem through both CUDA backends.
+void check_problem(const HostProblem& hp, uint64_t seed) {
+    const ExpertsProblem& p = hp.problem();
+    const Tensor dout = grad_out_for(p, seed);
+    const PlacedProblem placed = place(p, Device::kCUDA);
+    const DeviceTensor dout_dev = DeviceTensor::from_host(dout.view(), Device::kCUDA);
+    for (const char* backend : {"grouped_mm", "batched_mm"}) {
+        SCOPED_TRACE(backend);
+        const DeviceGrads g(placed.problem);
+        expect_matches_reference(p, dout, run_cuda_backward(backend, placed, dout_dev, g));
+    }
+}
+
+class BackwardCuda : public ::testing::TestWithParam<DType> {};
+
+TEST_P(BackwardCuda, EveryLayoutAndTokenCountMatchesReference) {
+    MOEX_NEED_CUDA();
+    uint64_t seed = 500;
+    for (const Variant& v : all_layouts(GetParam()))
+        for (int64_t T : {0, 1, 23, 300}) {
+            SCOPED_TRACE(v.name() + " T=" + std::to_string(T));
+            const int64_t E = 6, k = 3;
+            HostProblem hp(T, 24, 20, E, k, v, ++seed);
+            if (T > 0) add_sentinels(hp, T, k, E, /*unhit=*/5);
+            check_problem(hp, seed);
+            if (HasFailure()) return;  // one failing layout is enough to read
+        }
+}
+
+// Column tiles with tails (N = 144, H = 136 over 64-wide tiles), K slices with tails (136 = 8 x 16 + 8), many
+// 64-row tiles per expert, an expert no token reaches.
+TEST_P(BackwardCuda, LargerShapesMatchReference) {
+    MOEX_NEED_CUDA();
+    uint64_t seed = 900;
+    for (const Variant& v : all_layouts(GetParam())) {
+        if (v.activation != Activation::kSilu && v.gate != GateKind::kGptOss) continue;
+        SCOPED_TRACE(v.name());
+        HostProblem hp(300, 136, 72, 5, 2, v, ++seed);
+        add_sentinels(hp, 300, 2, 5, /*unhit=*/4);
+        check_problem(hp, seed);
+        if (HasFailure()) return;
+    }
+}
+
+TEST_P(BackwardCuda, TwoRunsAreBitwiseEqual) {
+    MOEX_NEED_CUDA();
+    Variant v;
+    v.dtype = GetParam(), v.bias = true, v.weights_f32 = false, v.concatenated = false;
+    HostProblem hp(300, 136, 72, 5, 3, v, 31);
+    add_sentinels(hp, 300, 3, 5, 4);
+    const Tensor dout = grad_out_for(hp.problem(), 32);
+    const PlacedProblem placed = place(hp.problem(), Device::kCUDA);
+    const DeviceTensor dout_dev = DeviceTensor::from_host(dout.view(), Device::kCUDA);
+    const DeviceGrads g1(placed.problem), g2(placed.problem);
+    const HostGrads one = run_cuda_backward("grouped_mm", placed, dout_dev, g1);
+    const HostGrads two = run_cuda_backward("batched_mm", placed, dout_dev, g2);
+    EXPECT_TRUE(bitwise_equal(one.x, two.x));
+    EXPECT_TRUE(bitwise_equal(one.w, two.w));
+    EXPECT_TRUE(bitwise_equal(one.up, two.up));
+    EXPECT_TRUE(bitwise_equal(one.down, two.down));
+    EXPECT_TRUE(bitwise_equal(one.bu, two.bu));
+    EXPECT_TRUE(bitwise_equal(one.bd, two.bd));
+    expect_matches_reference(hp.problem(), dout, one);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, BackwardCuda, ::testing::Values(DType::kBF16, DType::kF16, DType::kF32),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                             return std::string(dtype_name(info.param));
+                         });
+
+TEST(BackwardCudaOnly, RequestedGradientsOnly) {
+    MOEX_NEED_CUDA();
+    Variant v;
+    v.dtype = DType::kBF16, v.bias = true;
+    HostProblem hp(40, 24, 20, 4, 2, v, 51);
+    const Tensor dout = grad_out_for(hp.problem(), 52);
+    const PlacedProblem placed = place(hp.problem(), Device::kCUDA);
+    const DeviceTensor dout_dev = DeviceTensor::from_host(dout.view(), Device::kCUDA);
+    const DeviceGrads all(placed.problem), some(placed.problem);
+    const HostGrads want = run_cuda_backward("grouped_mm", placed, dout_dev, all);
+    for (int which = 0; which < 3; ++which) {  // dw + d down bias alone (no GEMM needed for the bias), dx, d down
+        SCOPED_TRACE(which);
+        const DeviceGrads fresh(placed.problem);
+        ExpertsGrads only;
+        if (which == 0) only.top_k_weights = fresh.w.view(), only.down_bias = fresh.bd.view();
+        if (which == 1) only.hidden_states = fresh.x.view();
+        if (which == 2) only.down_proj = fresh.down.view();
+        ExpertsInterface::global().backward("grouped_mm", placed.problem, dout_dev.view(), only);
+        device_synchronize(Device::kCUDA);
+        const HostGrads got{to_host(fresh.x),    to_host(fresh.w),  to_host(fresh.up),
+                            to_host(fresh.down), to_host(fresh.bu), to_host(fresh.bd)};
+        if (which == 0) EXPECT_TRUE(bitwise_equal(want.w, got.w) && bitwise_equal(want.bd, got.bd));
+        if (which == 1) EXPECT_TRUE(bitwise_equal(want.x, got.x));
+        if (which == 2) EXPECT_TRUE(bitwise_equal(want.down, got.down));
+        const auto* up = static_cast<const uint16_t*>(got.up.data());
+        EXPECT_EQ(up[0], 0xffffu);  // never asked for: untouched
+    }
+}
+
+TEST(BackwardCudaOnly, OnlyItsBackendsHaveOne) {
+    const ExpertsInterface& reg = ExpertsInterface::global();
+    EXPECT_FALSE(reg.get("eager").has_backward(Device::kCUDA));
+    EXPECT_TRUE(reg.get("batched_mm").has_backward(Device::kCUDA));
+    EXPECT_TRUE(reg.get("grouped_mm").has_backward(Device::kCUDA));
+    MOEX_NEED_CUDA();
+    HostProblem hp(4, 16, 8, 2, 1, Variant{}, 81);
+    const PlacedProblem placed = place(hp.problem(), Device::kCUDA);
+    const DeviceTensor dout = DeviceTensor::from_host(grad_out_for(hp.problem(), 82).view(), Device::kCUDA);
+    expect_error([&] { reg.backward("eager", placed.problem, dout.view(), ExpertsGrads{}); }, ErrorCode::kUnsupported,
+                 "backends with one there: batched_mm, grouped_mm");
+}
+
+}  // namespace
+}  // namespace moex::test
