@@ -209,6 +209,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                 // This tile's scale rows, so that a K block's loads are offsets: the rows' activation scales
                 // (one slice per a_blocks K blocks) and the B halves' rows of weight blocks (shifts >= 7).
                 const float* a_row = p.a_scales + int64_t(row0 + static_cast<int32_t>(th.r_lo)) * p.a_slices;
+                // a_blocks 0: a per-tensor slice of K < 128 values (one K block).
                 const int32_t a_blocks = p.k_slice / kBK, b_shift = p.b_scales.col_shift - 7;
                 const auto b_row = [&](int32_t n) {
                     return (int64_t(e) * p.b_scales.rows_b + (int64_t(n) >> p.b_scales.row_shift)) * p.b_scales.cols_b;
@@ -217,7 +218,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                 auto load_scales = [&](int32_t kb, FpScaleWords& s) {
                     kb = min(kb, num_kb - 1);  // past the end: load the last block's again (in bounds, unused)
                     // Shifts in 64 bits: a per-tensor scale is one block of shift 62 (cuda_bridge.cpp).
-                    const int32_t sa = a_blocks == 1 ? kb : kb / a_blocks;
+                    const int32_t sa = a_blocks == 1 ? kb : kb * kBK / p.k_slice;
                     const int64_t sb = int64_t(kb) >> b_shift;
                     s.a_lo = a_row[sa], s.a_hi = a_row[sa + 8 * p.a_slices];
                     s.b[0] = scale_word_at(p.b_scales, b_row0 + sb);
