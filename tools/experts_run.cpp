@@ -34,7 +34,7 @@ Placed place(const ExpertsProblem& host, Device device) {
     Placed p;
     p.problem = host;
     if (device == Device::kCPU) return p;  // the mapped file is already host memory
-    p.owned.reserve(7);
+    p.owned.reserve(13);                   // reserved up front: views point into the vector's elements
     auto put = [&](TensorView& v) {
         if (!v.defined()) return;
         p.owned.push_back(DeviceTensor::from_host(v, device));
@@ -43,6 +43,9 @@ Placed place(const ExpertsProblem& host, Device device) {
     for (TensorView* v : {&p.problem.hidden_states, &p.problem.top_k_index, &p.problem.top_k_weights,
                           &p.problem.gate_up_proj, &p.problem.down_proj, &p.problem.gate_up_bias, &p.problem.down_bias})
         put(*v);
+    // Quantized experts: their scales go with the weights.
+    for (ProjectionQuant* q : {&p.problem.quant.gate_up, &p.problem.quant.down})
+        for (TensorView* v : {&q->scale_inv, &q->global_scale, &q->activation_scale}) put(*v);
     return p;
 }
 
