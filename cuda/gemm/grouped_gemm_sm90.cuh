@@ -200,8 +200,8 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                 // acc keeps the m64n256 layout (half h = registers 64h ..), so the epilogue is the bf16 one's.
                 // The scale words of K block kb are loaded when block kb - 2 starts, into one of three register
                 // sets used in turn (the loop is unrolled by three, so no set is ever copied): nothing waits on
-                // an L2 round trip until two blocks later. A one-block-ahead prefetch with a copy stalled each
-                // block on the copy, which the compiler placed between the two halves' MMAs (RESULTS L4).
+                // an L2 round trip until two blocks later (a one-block-ahead prefetch through a copy let the
+                // compiler wait on the load between the two halves' MMAs; RESULTS L7).
                 float tmp[64];
                 FpScaleWords s0{}, s1{}, s2{};
                 const float g = !active || p.b_scales.global == nullptr ? 1.f : p.b_scales.global[e];
@@ -226,8 +226,8 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                 };
                 // One K block: both halves' MMAs, each waited for and promoted. The block's bookkeeping (the scale
                 // loads two blocks ahead, this block's B scales) is issued while the first half's MMAs run, and the
-                // stage is released as soon as the second half's MMAs are done, before its promotion: the warps'
-                // own instructions were what held the tensor cores back (RESULTS L7).
+                // stage is released as soon as the second half's MMAs are done, before its promotion: ncu found
+                // the warps' own instructions, issued after each drain, a large part of the FP8 GEMM's stalls.
                 auto issue_half = [&](int h) {
                     wgmma_fence();
 #pragma unroll
