@@ -1,5 +1,5 @@
-# Training through moex: the gradients of moex::experts (every layout, f32 and bf16, each CPU backend) against
-# autograd of the float64 torch reference; torch.compile(fullgraph=True) of a forward + backward; a tiny Qwen3-MoE
+# Training through moex: the gradients of moex::experts (every layout, f32 and bf16, each CPU backend; on CUDA also
+# f16, batched_mm and grouped_mm, which share one backward there) against autograd of the float64 torch reference; torch.compile(fullgraph=True) of a forward + backward; a tiny Qwen3-MoE
 # whose loss and gradients follow transformers' own grouped_mm for a few optimizer steps; the refusals.
 import copy
 
@@ -9,6 +9,7 @@ import torch
 import moex_experts
 import moex_experts.ops as ops
 from reference import experts_reference
+from conftest import cuda_ready
 from test_bindings import make_problem
 
 pytest.importorskip("transformers")
@@ -20,40 +21,39 @@ LAYOUTS = [dict(), dict(is_concatenated=False), dict(has_gate=False, activation=
            dict(is_concatenated=False, is_transposed=True, activation="relu"),
            dict(gate="gpt_oss", swiglu_alpha=1.702, swiglu_limit=1.0, bias=True),
            dict(has_gate=False, is_transposed=True, bias=True, activation="relu")]
-TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
+TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 2e-2}
+needs_cuda = pytest.mark.skipif(not cuda_ready(), reason="needs a CUDA device and a CUDA build of moex")
 
 
 def reference_grads(args, flags, grad_out):
     """Gradients of sum(grad_out * out) by autograd of the float64 reference."""
-    leaves = [None if t is None or not t.is_floating_point() else t.detach().double().requires_grad_(True)
-              for t in args]
+    args = [None if t is None else t.detach().cpu() for t in args]
+    leaves = [None if t is None or not t.is_floating_point() else t.double().requires_grad_(True) for t in args]
     ref_args = [leaf if leaf is not None else t for leaf, t in zip(leaves, args)]
     out = experts_reference(*ref_args, **flags)
-    (out * grad_out.double()).sum().backward()
+    (out * grad_out.cpu().double()).sum().backward()
     return [None if leaf is None else leaf.grad for leaf in leaves]
 
 
 def close(got, ref, dtype, what):
     assert got.shape == ref.shape, what
     assert torch.isfinite(got).all(), what
-    err = (got.double() - ref).abs().max().item()
+    err = (got.double().cpu() - ref).abs().max().item()
     rms = ref.pow(2).mean().sqrt().item()
     assert err <= TOL[dtype] * max(rms, 1e-3) * 4, f"{what}: max error {err:.3g} at rms {rms:.3g}"
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
-@pytest.mark.parametrize("layout", range(len(LAYOUTS)))
-@pytest.mark.parametrize("backend", ["eager", "batched_mm", "grouped_mm", "auto"])
-def test_grads_match_float64_autograd(backend, layout, dtype, gen):
+def check_grads(backend, layout, dtype, device, gen):
     spec = dict(LAYOUTS[layout])
     bias = spec.pop("bias", False)
-    args, flags = make_problem(11, 24, 16, 5, 3, dtype, "cpu", gen, bias=bias, weights_f32=layout % 2 == 0, **spec)
+    args, flags = make_problem(11, 24, 16, 5, 3, dtype, device, gen, bias=bias, weights_f32=layout % 2 == 0,
+                               **spec)
     ids = args[1]
     ids[0, 1] = 5  # sentinels: no contribution, zero gradient for their weight
     ids[3, 0] = 1000
     leaves = [t if t is None or not t.is_floating_point() else t.detach().requires_grad_(True) for t in args]
     out = moex_experts.experts(*leaves, backend=backend, **flags)
-    grad_out = torch.randn(out.shape, generator=gen).to(dtype)
+    grad_out = torch.randn(out.shape, generator=gen).to(dtype).to(device)
     out.backward(grad_out)
     want = reference_grads(args, flags, grad_out)
     for name, leaf, ref in zip(("x", "ids", "w", "up", "down", "up_bias", "down_bias"), leaves, want):
@@ -62,10 +62,58 @@ def test_grads_match_float64_autograd(backend, layout, dtype, gen):
     assert leaves[2].grad[0, 1] == 0 and leaves[2].grad[3, 0] == 0
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("layout", range(len(LAYOUTS)))
+@pytest.mark.parametrize("backend", ["eager", "batched_mm", "grouped_mm", "auto"])
+def test_grads_match_float64_autograd(backend, layout, dtype, gen):
+    check_grads(backend, layout, dtype, "cpu", gen)
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["f32", "bf16", "f16"])
+@pytest.mark.parametrize("layout", range(len(LAYOUTS)))
+@pytest.mark.parametrize("backend", ["batched_mm", "grouped_mm", "auto"])
+def test_cuda_grads_match_float64_autograd(backend, layout, dtype, gen):
+    check_grads(backend, layout, dtype, "cuda", gen)
+
+
+@needs_cuda
+def test_cuda_backward_is_deterministic_and_follows_the_stream(gen):
+    (x, ids, w, up, down, ub, db), flags = make_problem(300, 64, 48, 6, 3, torch.bfloat16, "cuda", gen, bias=True)
+
+    def grads():
+        leaves = [t.detach().clone().requires_grad_(True) for t in (x, w, up, down, ub, db)]
+        x_, w_, up_, down_, ub_, db_ = leaves
+        out = moex_experts.experts(x_, ids, w_, up_, down_, ub_, db_, backend="grouped_mm", **flags)
+        out.backward(torch.ones_like(out))
+        return [leaf.grad for leaf in leaves]
+
+    first = grads()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # moex runs on torch's current stream
+        second = grads()
+    torch.cuda.current_stream().wait_stream(side)
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+
+
+@needs_cuda
+def test_cuda_eager_has_no_backward_and_says_which_do(gen):
+    (x, ids, w, up, down, _, _), _ = make_problem(4, 32, 16, 4, 2, torch.float32, "cuda", gen)
+    x.requires_grad_(True)
+    out = moex_experts.experts(x, ids, w, up, down, backend="eager")
+    with pytest.raises(NotImplementedError, match="`eager` has no backward pass on cuda yet; backends with one "
+                                                  "there: batched_mm, grouped_mm"):
+        out.sum().backward()
+
+
 def test_backends_with_backward_from_the_registry():
     assert ops.BACKENDS_WITH_BACKWARD == ("eager", "batched_mm", "grouped_mm")
     info = {b["name"]: b["has_backward"] for b in moex_experts.backends()}
-    assert info["grouped_mm"] == {"cpu": True, "cuda": False}
+    assert info["grouped_mm"] == {"cpu": True, "cuda": True}
+    assert info["batched_mm"] == {"cpu": True, "cuda": True}
+    assert info["eager"] == {"cpu": True, "cuda": False}
     assert info["sonicmoe"] == {"cpu": False, "cuda": False}
 
 
