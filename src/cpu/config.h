@@ -44,9 +44,9 @@ inline PackBlock pack_block(bool transposed, int tile_rows = 6) {
 // L2). kc is a multiple of 32 (one A tile's k). Not tuned: chosen without AMX hardware, to be measured there.
 inline PackBlock amx_pack_block() { return PackBlock{128, 512}; }
 
-// Quantized weights on the streaming path above 4 rows are dequantized in blocks of whole rows of about this many
-// f32 bytes (a multiple of 8 rows, the dot kernel's widest tile, and at least 8), then streamed by the f32 kernel
-// from L2. Up to 4 rows the codes are decoded in registers instead (stream_fused).
+// Quantized weights on the streaming path that the table's stream_fused does not take (the scalar table, K not a
+// multiple of 16) are dequantized in blocks of whole rows of about this many f32 bytes (a multiple of 8 rows, the dot
+// kernel's widest tile, and at least 8), then streamed by the f32 kernel from L2.
 inline constexpr int64_t kDequantBlockBytes = 64 << 10;
 
 // kMc bounds a packed task's rows (its C tile, 1024 x 128 f32 = 512 KiB) and splits huge experts for balance.

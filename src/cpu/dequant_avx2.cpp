@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "src/cpu/kernels.h"
+#include "src/cpu/parallel.h"
 #include "src/cpu/scalar_codecs_local.h"
 #include "src/cpu/simd_avx2.h"
 
@@ -33,13 +34,6 @@ inline bool biased_scale_fits(float sg) { return std::fabs(sg) < 256.0f; }
 inline __m256 unbias_e4m3(__m256 v) {
     const __m256 step = _mm256_set1_ps(0x1.0p60f);
     return _mm256_mul_ps(_mm256_mul_ps(v, step), step);
-}
-
-// e4m3x8 without the NaN fix-up, for the decode GEMV: code 0x7f decodes finite there and its row is made NaN after the
-// tile (row_has_nan), which takes 4 of the 9 vector operations per 8 weights out of the inner loop.
-inline __m256 e4m3x8_finite(const uint8_t* p) {
-    const __m256i t = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(t, 20), _mm256_set1_epi32(int32_t(0x87f00000u))));
 }
 
 // Any e4m3 NaN code (0x7f, 0xff) among the K bytes of a row: its outputs are NaN whatever A holds.
@@ -109,113 +103,215 @@ void run_fp4(const uint8_t* row, int64_t k, int64_t k1, float sg, float* d) {
     for (; k < k1; ++k) *d++ = e2m1_value((k & 1) ? row[k / 2] >> 4 : row[k / 2] & 15u) * sg;
 }
 
-// ---- the fused streaming kernel: C = A·Bᵀ for m <= 4 rows of A, B's codes decoded and scaled in registers ----
+// ---- the fused decode GEMV: C = A·Bᵀ for up to 24 rows of A, B's codes decoded in registers ----
+// TUTORIAL: the weight of group g is code · S_g, so Σ_k a·w = Σ_g S_g · Σ_{k in g} a·code. The kernel sums each group's
+// products of the raw decoded codes, then folds the group in with one fma by S_g: the per-weight scale multiply of the
+// dequantized path is gone, and the codes widen through vcvtph2ps (F16C) from f16 bits made by 3 integer operations
+// (FP8) or a byte shuffle (FP4). Order of each output, whatever the rows per call, tile or thread: lane l = k mod 8 of
+// the group sum is an fma chain from 0 in increasing k; the total is an fma chain over g from 0; then hsum8.
 
-// The 16 weights of row p at k, scaled (s: the group scale times the decoder's bias): the f32 values dequant writes.
-template <bool Fp8>
-inline void load_scaled(const uint8_t* p, int64_t k, __m256 s, __m256& lo, __m256& hi) {
-    if constexpr (Fp8) {
-        lo = _mm256_mul_ps(e4m3x8_finite(p + k), s);
-        hi = _mm256_mul_ps(e4m3x8_finite(p + k + 8), s);
-    } else {
-        e2m1x16(p + k / 2, lo, hi);
-        lo = _mm256_mul_ps(lo, s), hi = _mm256_mul_ps(hi, s);
-    }
+// 16 e4m3 codes -> 2 x 8 f32 holding the codes' values times 2^-8: a code in the high byte of a 16-bit lane, shifted
+// right by one with its sign, is an f16 of the same sign, exponent field and mantissa (e4m3's exponent bias 7 is
+// f16's 15 less 8, subnormals included); the AND clears the sign's copy in bit 14. Code 0x7f (NaN) decodes finite:
+// row_has_nan fixes its row afterwards.
+inline void fp8x16(const uint8_t* p, __m256& lo, __m256& hi) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), z = _mm_setzero_si128();
+    const __m128i m = _mm_set1_epi16(int16_t(0xbf80));
+    lo = _mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16(_mm_unpacklo_epi8(z, b), 1), m));
+    hi = _mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16(_mm_unpackhi_epi8(z, b), 1), m));
 }
 
-// NB rows of B (from row j of the matrix) against MB rows of A; lane l of acc[nb][mb] sums k = l mod 8 in
-// increasing k with one fma per element and a fixed pairwise lane sum, the f32 dot kernel's order, so each output
-// has the bits that kernel gives on the dequantized rows. K and the scale group bk are multiples of 16.
+// The f16 high byte of each e2m1 code (every e2m1 value's f16 has a zero low byte; code 8 is -0).
+inline __m128i e2m1_f16_high() {
+    return _mm_setr_epi8(0x00, 0x38, 0x3c, 0x3e, 0x40, 0x42, 0x44, 0x46, char(0x80), char(0xb8), char(0xbc), char(0xbe),
+                         char(0xc0), char(0xc2), char(0xc4), char(0xc6));
+}
+
+// 16 bytes = 32 e2m1 codes (low nibble first) -> 4 x 8 f32 in k order: each nibble looks up its f16 high byte, the
+// two lookups interleave into k order, and each byte goes above a zero byte into an f16 that vcvtph2ps widens.
+inline void fp4x32(const uint8_t* p, __m256 (&v)[4]) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), nib = _mm_set1_epi8(0x0f);
+    const __m128i z = _mm_setzero_si128(), lut = e2m1_f16_high();
+    const __m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(b, nib));
+    const __m128i hi = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(b, 4), nib));
+    const __m128i k0 = _mm_unpacklo_epi8(lo, hi), k16 = _mm_unpackhi_epi8(lo, hi);
+    v[0] = _mm256_cvtph_ps(_mm_unpacklo_epi8(z, k0)), v[1] = _mm256_cvtph_ps(_mm_unpackhi_epi8(z, k0));
+    v[2] = _mm256_cvtph_ps(_mm_unpacklo_epi8(z, k16)), v[3] = _mm256_cvtph_ps(_mm_unpackhi_epi8(z, k16));
+}
+
+// 8 bytes = 16 e2m1 codes -> 2 x 8 f32 (groups of 16 and the last 16 codes of a row).
+inline void fp4x16(const uint8_t* p, __m256& lo8, __m256& hi8) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)), nib = _mm_set1_epi8(0x0f);
+    const __m128i z = _mm_setzero_si128(), lut = e2m1_f16_high();
+    const __m128i k0 = _mm_unpacklo_epi8(_mm_shuffle_epi8(lut, _mm_and_si128(b, nib)),
+                                         _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(b, 4), nib)));
+    lo8 = _mm256_cvtph_ps(_mm_unpacklo_epi8(z, k0)), hi8 = _mm256_cvtph_ps(_mm_unpackhi_epi8(z, k0));
+}
+
+// S_g = scale · global · 2^8 (FP8, undoing fp8x16's 2^-8) or scale · global (FP4) for the groups of one scale row,
+// decoded 8 at a time (NVFP4 has one e4m3 scale per 16 weights: a scalar decode each cost as much as the weights).
+// False when some S_g is not finite (a NaN scale code, an overflow): the caller then takes the dequantized path.
+bool group_scales(const WeightQuant& q, int64_t srow, int64_t groups, float factor, float* out) {
+    const __m256 gf = _mm256_set1_ps(q.global), f = _mm256_set1_ps(factor), step = _mm256_set1_ps(0x1.0p60f);
+    const auto* s8 = static_cast<const uint8_t*>(q.scale) + srow * q.ld;
+    const auto* s32 = static_cast<const float*>(q.scale) + srow * q.ld;
+    __m256 bad = _mm256_setzero_ps();
+    int64_t g = 0;
+    for (; g + 8 <= groups; g += 8) {
+        __m256 s;
+        if (q.scale_dtype == DType::kF32) {
+            s = _mm256_loadu_ps(s32 + g);
+        } else if (q.scale_dtype == DType::kFP8E4M3) {
+            s = _mm256_mul_ps(_mm256_mul_ps(e4m3x8(s8 + g), step), step);  // exact: e4m3 values are f32 values
+        } else {  // ue8m0: the exponent byte; 0 is 2^-127 (an f32 subnormal), 0xff reads as inf and is refused
+            const __m256i t = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s8 + g)));
+            const __m256i zero = _mm256_cmpeq_epi32(t, _mm256_setzero_si256());
+            s = _mm256_castsi256_ps(_mm256_blendv_epi8(_mm256_slli_epi32(t, 23), _mm256_set1_epi32(0x00400000), zero));
+        }
+        const __m256 v = _mm256_mul_ps(_mm256_mul_ps(s, gf), f);  // scale · global rounded once, as group_scale
+        _mm256_storeu_ps(out + g, v);
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), v),
+                                              _mm256_set1_ps(0x1.fffffep127f), _CMP_NLE_UQ));
+    }
+    bool ok = _mm256_movemask_ps(bad) == 0;
+    for (; g < groups; ++g) out[g] = group_scale(q, srow * q.ld + g) * factor, ok &= std::isfinite(out[g]);
+    return ok;
+}
+
+#define MOEX_INLINE inline __attribute__((always_inline))
+
+// V vectors of 8 decoded codes at k of one row of B against MB rows of A, into that row's group sums.
+template <int MB, int V>
+MOEX_INLINE void group_fmas(const float* const* a, int64_t k, const __m256 (&v)[V], __m256 (&part)[MB]) {
+#pragma GCC unroll 4
+    for (int u = 0; u < V; ++u)
+#pragma GCC unroll 4
+        for (int mb = 0; mb < MB; ++mb) part[mb] = _mm256_fmadd_ps(v[u], _mm256_loadu_ps(a[mb] + k + 8 * u), part[mb]);
+}
+
+// NB rows of B (from row j) against MB rows of A; s: the NB rows' S_g, groups apart. K and bk are multiples of 16.
 template <bool Fp8, int NB, int MB>
-void fused_tile(const float* const* a, const WeightMat& b, int64_t j, float* c, int64_t ldc) {
-    __m256 acc[NB][MB];
+void fused_tile(const float* const* a, const WeightMat& b, int64_t j, const float* s, int64_t groups, float* c,
+                int64_t ldc) {
+    __m256 tot[NB][MB], part[NB][MB];
 #pragma GCC unroll 8
     for (int nb = 0; nb < NB; ++nb)
 #pragma GCC unroll 4
-        for (int mb = 0; mb < MB; ++mb) acc[nb][mb] = _mm256_setzero_ps();
+        for (int mb = 0; mb < MB; ++mb) tot[nb][mb] = _mm256_setzero_ps();
     const int64_t K = b.K, bk = b.q.bk < K ? b.q.bk : K, ld = b.ld;
     const auto* w = static_cast<const uint8_t*>(b.data) + j * ld;
-    int64_t first[NB];
-#pragma GCC unroll 8
-    for (int nb = 0; nb < NB; ++nb) first[nb] = ((b.q.row0 + j + nb) / b.q.bn) * b.q.ld;
-    const float factor = Fp8 ? 0x1.0p120f : 1.0f;  // the e4m3 decoder's exact power-of-two bias
     // Prefetch the same bytes of the rows a whole number of tiles (>= kAheadBytes) further on: a fixed distance from
     // each row reaches only this tile and part of the next (see stream_fused_avx512.cpp).
     const int64_t ahead = NB * ld * (kAheadBytes / (NB * ld) + 1);
+    auto prefetch = [&](int64_t byte) __attribute__((always_inline)) {
+#pragma GCC unroll 8
+        for (int nb = 0; nb < NB; ++nb)
+            _mm_prefetch(reinterpret_cast<const char*>(w + ahead + nb * ld + byte), _MM_HINT_T1);
+    };
     for (int64_t k0 = 0, g = 0; k0 < K; k0 += bk, ++g) {
-        __m256 s[NB];
+        const int64_t k1 = k0 + bk < K ? k0 + bk : K;
 #pragma GCC unroll 8
-        for (int nb = 0; nb < NB; ++nb) s[nb] = _mm256_set1_ps(group_scale(b.q, first[nb] + g) * factor);
-        for (int64_t k = k0; k < k0 + bk; k += 16) {
-            if ((k & 63) == 0)
-#pragma GCC unroll 8
-                for (int nb = 0; nb < NB; ++nb)
-                    _mm_prefetch(reinterpret_cast<const char*>(w + ahead + nb * ld + (Fp8 ? k : k / 2)), _MM_HINT_T1);
-#pragma GCC unroll 8
-            for (int nb = 0; nb < NB; ++nb) {
-                __m256 lo, hi;
-                load_scaled<Fp8>(w + nb * ld, k, s[nb], lo, hi);
+        for (int nb = 0; nb < NB; ++nb)
 #pragma GCC unroll 4
-                for (int mb = 0; mb < MB; ++mb) {
-                    acc[nb][mb] = _mm256_fmadd_ps(lo, _mm256_loadu_ps(a[mb] + k), acc[nb][mb]);
-                    acc[nb][mb] = _mm256_fmadd_ps(hi, _mm256_loadu_ps(a[mb] + k + 8), acc[nb][mb]);
+            for (int mb = 0; mb < MB; ++mb) part[nb][mb] = _mm256_setzero_ps();
+        int64_t k = k0;
+        if constexpr (!Fp8)
+            for (; k + 32 <= k1; k += 32) {
+                if ((k & 127) == 0) prefetch(k / 2);
+#pragma GCC unroll 8
+                for (int nb = 0; nb < NB; ++nb) {
+                    __m256 v[4];
+                    fp4x32(w + nb * ld + k / 2, v);
+                    group_fmas<MB, 4>(a, k, v, part[nb]);
                 }
             }
+        for (; k < k1; k += 16) {
+            if ((Fp8 ? k & 63 : k & 127) == 0) prefetch(Fp8 ? k : k / 2);
+#pragma GCC unroll 8
+            for (int nb = 0; nb < NB; ++nb) {
+                __m256 v[2];
+                if constexpr (Fp8)
+                    fp8x16(w + nb * ld + k, v[0], v[1]);
+                else
+                    fp4x16(w + nb * ld + k / 2, v[0], v[1]);
+                group_fmas<MB, 2>(a, k, v, part[nb]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int nb = 0; nb < NB; ++nb) {
+            const __m256 sg = _mm256_broadcast_ss(s + nb * groups + g);
+#pragma GCC unroll 4
+            for (int mb = 0; mb < MB; ++mb) tot[nb][mb] = _mm256_fmadd_ps(part[nb][mb], sg, tot[nb][mb]);
         }
     }
 #pragma GCC unroll 8
     for (int nb = 0; nb < NB; ++nb)
 #pragma GCC unroll 4
-        for (int mb = 0; mb < MB; ++mb) c[mb * ldc + j + nb] = hsum8(acc[nb][mb]);
+        for (int mb = 0; mb < MB; ++mb) c[mb * ldc + j + nb] = hsum8(tot[nb][mb]);
     if (Fp8)
         for (int nb = 0; nb < NB; ++nb)
             if (row_has_nan(w + nb * ld, K))
                 for (int mb = 0; mb < MB; ++mb) c[mb * ldc + j + nb] = bits_f32(0x7fc00000u);
 }
 
-template <bool Fp8, int NB, int MB>
-void fused_rows(const float* const* a, const WeightMat& b, int64_t n, float* c, int64_t ldc) {
-    int64_t j = 0;
-    for (; j + NB <= n; j += NB) fused_tile<Fp8, NB, MB>(a, b, j, c, ldc);
-    for (; j + 2 <= n; j += 2)
-        fused_tile<Fp8, 2, MB>(a, b, j, c, ldc);  // tails in pairs: a lone row is fma-latency bound
-    for (; j < n; ++j) fused_tile<Fp8, 1, MB>(a, b, j, c, ldc);
-}
-
-// Every scale of the rows [0, n) below 2^8 (one multiply per weight in fused_tile).
-bool scales_fit(const WeightMat& b, int64_t n) {
-    const int64_t bk = b.q.bk < b.K ? b.q.bk : b.K, groups = (b.K + bk - 1) / bk;
-    for (int64_t r0 = -1, r = 0; r < n; ++r) {
-        const int64_t srow = (b.q.row0 + r) / b.q.bn;
-        if (srow == r0) continue;
-        r0 = srow;
-        for (int64_t g = 0; g < groups; ++g)
-            if (!biased_scale_fits(group_scale(b.q, srow * b.q.ld + g))) return false;
+// The S_g of rows [j, j + nb) into s (groups apart), decoding each scale row once (FP8 blocks share it across rows).
+bool tile_scales(const WeightMat& b, int64_t j, int64_t nb, int64_t groups, float* s) {
+    const float factor = b.q.format == QuantFormat::kFp8 ? 256.0f : 1.0f;
+    for (int64_t r = 0; r < nb; ++r) {
+        const int64_t srow = (b.q.row0 + j + r) / b.q.bn;
+        if (r > 0 && srow == (b.q.row0 + j + r - 1) / b.q.bn)
+            std::memcpy(s + r * groups, s + (r - 1) * groups, size_t(groups) * 4);
+        else if (!group_scales(b.q, srow, groups, factor, s + r * groups))
+            return false;
     }
     return true;
 }
 
-template <bool Fp8>
-void fused(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc) {
-    switch (m) {  // rows of B per tile (FP4 with 4 rows at m = 1 measured within noise of 6)
-        case 1: return fused_rows<Fp8, 6, 1>(a, b, n, c, ldc);
-        case 2: return fused_rows<Fp8, 4, 2>(a, b, n, c, ldc);
-        case 3: return fused_rows<Fp8, 3, 3>(a, b, n, c, ldc);
-        default: return fused_rows<Fp8, 2, 4>(a, b, n, c, ldc);
+template <bool Fp8, int NB, int MB>
+bool fused_rows(const float* const* a, const WeightMat& b, int64_t n, float* c, int64_t ldc) {
+    const int64_t bk = b.q.bk < b.K ? b.q.bk : b.K, groups = (b.K + bk - 1) / bk;
+    float* s = thread_scratch(7, NB * groups);
+    int64_t j = 0;
+    for (; j + NB <= n; j += NB) {
+        if (!tile_scales(b, j, NB, groups, s)) return false;
+        fused_tile<Fp8, NB, MB>(a, b, j, s, groups, c, ldc);
     }
+    for (; j + 2 <= n; j += 2) {  // tails in pairs: a lone row is fma-latency bound
+        if (!tile_scales(b, j, 2, groups, s)) return false;
+        fused_tile<Fp8, 2, MB>(a, b, j, s, groups, c, ldc);
+    }
+    if (j < n) {
+        if (!tile_scales(b, j, 1, groups, s)) return false;
+        fused_tile<Fp8, 1, MB>(a, b, j, s, groups, c, ldc);
+    }
+    return true;
+}
+
+// Rows of A in passes of up to 4 over all n rows of B (each pass decodes B again: its codes come from L2 after the
+// first). Every output has the same order whatever the pass, so any row count gives the same bits.
+template <bool Fp8>
+bool fused(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc) {
+    for (int64_t r = 0; r < m; r += 4) {
+        const float* const* ar = a + r;
+        float* cr = c + r * ldc;
+        bool ok;
+        switch (m - r) {
+            case 1: ok = fused_rows<Fp8, 6, 1>(ar, b, n, cr, ldc); break;
+            case 2: ok = fused_rows<Fp8, 4, 2>(ar, b, n, cr, ldc); break;
+            case 3: ok = fused_rows<Fp8, 3, 3>(ar, b, n, cr, ldc); break;
+            default: ok = fused_rows<Fp8, 2, 4>(ar, b, n, cr, ldc); break;
+        }
+        if (!ok) return false;
+    }
+    return true;
 }
 
 }  // namespace
 
 bool stream_fused_avx2(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc) {
     const int64_t bk = b.q.bk < b.K ? b.q.bk : b.K;
-    if (m < 1 || m > 4 || b.transposed || b.K % 16 != 0 || bk % 16 != 0) return false;
-    if (b.q.format == QuantFormat::kFp8 && !scales_fit(b, n)) return false;
-    if (b.q.format == QuantFormat::kFp8)
-        fused<true>(a, m, b, n, c, ldc);
-    else
-        fused<false>(a, m, b, n, c, ldc);
-    return true;
+    if (m < 1 || b.transposed || b.K % 16 != 0 || bk % 16 != 0) return false;
+    return b.q.format == QuantFormat::kFp8 ? fused<true>(a, m, b, n, c, ldc) : fused<false>(a, m, b, n, c, ldc);
 }
 
 void dequant_avx2(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, float* dst, int64_t ldd) {

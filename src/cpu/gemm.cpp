@@ -93,9 +93,9 @@ void gemm_bf16(const KernelTable& kt, const uint16_t* a16, int64_t lda, int64_t 
     }
 }
 
-// Quantized B at small m: decoded in registers by the table's stream_fused (m <= 4), else blocks of whole rows
-// dequantized into an f32 buffer that stays in L2, then streamed by the f32 kernel. Each output is exactly what the
-// f32 kernel gives for the dequantized weights, whatever the path or the block.
+// Quantized B at small m: decoded in registers by the table's stream_fused, else (tables without one, shapes it does
+// not take) blocks of whole rows dequantized into an f32 buffer that stays in L2, then streamed by the f32 kernel.
+// Either way each output's order is fixed by (K, scale block, layout), whatever the rows or the block.
 void stream_quantized(const KernelTable& kt, const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c,
                       int64_t ldc) {
     if (kt.stream_fused && kt.stream_fused(a, m, b, n, c, ldc)) return;

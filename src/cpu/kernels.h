@@ -33,10 +33,11 @@ struct KernelTable {
     // Quantized B (rows layout) as f32: dst[r*ldd + kk] = B(r, k0 + kk) for r < n, kk < kc (k0 even for FP4).
     // Each element is code * (scale * global) rounded once, the same bits in every table.
     void (*dequant)(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, float* dst, int64_t ldd);
-    // stream for quantized B, the codes decoded and scaled in registers (no f32 copy): the bits of stream on the
-    // dequantized rows (except the AVX-512 table's FP4 x bf16-valued rows: vdpbf16ps, scaled per group; see
-    // stream_fused_avx512.cpp). Returns false for what it does not cover (the caller dequantizes blocks instead); null
-    // in tables without one.
+    // stream for quantized B, the codes decoded in registers (no f32 copy). AVX-512: scaled per weight, the bits of
+    // stream on the dequantized rows (except FP4 x bf16-valued rows: vdpbf16ps, scaled per group; see
+    // stream_fused_avx512.cpp). AVX2: each scale group of raw codes summed, then scaled once (dequant_avx2.cpp), the
+    // same bits for any row count. Returns false for what it does not cover (the caller dequantizes blocks instead);
+    // null in tables without one.
     bool (*stream_fused)(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc);
     // Element-wise gate of one row: h[i] = round(f(g[i], u[i])) for i < n (gate.h says which f).
     void (*gate_row)(const GateOp& op, const float* g, const float* u, int64_t n, float* h);

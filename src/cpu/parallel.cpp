@@ -128,7 +128,7 @@ float* FloatBuffer::get(int64_t n) {
 }
 
 float* thread_scratch(int slot, int64_t n) {
-    thread_local FloatBuffer buffers[7];
+    thread_local FloatBuffer buffers[8];
     return buffers[slot].get(n);
 }
 
