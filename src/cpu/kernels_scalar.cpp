@@ -138,8 +138,8 @@ const KernelTable* avx512_kernels() {
 const KernelTable* avx512_bf16_kernels() {
 #if defined(__x86_64__) || defined(__i386__)
     static const bool ok = avx512_kernels() && __builtin_cpu_supports("avx512bf16");
-    static const KernelTable table = [] {
-        KernelTable t = *avx512_kernels();
+    static const KernelTable table = [] {  // built on any CPU (the statics run first): never from a null table
+        KernelTable t = avx512_kernels() ? *avx512_kernels() : kScalarTable;
         t.name = "avx512_bf16";
         t.rows_bf16 = rows_bf16_avx512, t.pack_b_bf16 = pack_b_bf16_avx512, t.micro_bf16 = micro_bf16_avx512;
         return t;
