@@ -86,8 +86,8 @@ void quantize_activations(double* row, int64_t K, ActivationQuant scheme, int64_
         float amax = 0.0f;
         for (int64_t k = k0; k < k1; ++k) amax = std::fmax(amax, std::fabs(float(row[k])));
         if (amax == 0.0f) continue;
-        const float s = amax / 448.0f;
-        for (int64_t k = k0; k < k1; ++k) row[k] = double(fp8e4m3_to_f32(f32_to_fp8e4m3(float(row[k]) / s)) * s);
+        const float s = amax / 448.0f, inv = dynamic_inverse(amax);
+        for (int64_t k = k0; k < k1; ++k) row[k] = double(fp8e4m3_to_f32(f32_to_fp8e4m3(float(row[k]) * inv)) * s);
     }
 }
 

@@ -1,6 +1,7 @@
 // Quantized experts (moex/quant.h): the scalar codecs, the quantizer, validation errors, every CPU backend x format x
 // layout against the float64 reference on the dequantized values, the AVX2 dequantizer against the scalar one, and
 // quantized results against the bf16 experts they came from.
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -172,14 +173,16 @@ bool cuda_here() { return !ExpertsInterface::global().get("grouped_mm").unavaila
 // accumulate each 128-deep block with about 14 mantissa bits (DeepSeek-V3 report). h then sits a few more ulps from
 // the float64 h, so more of its values round to the other side of a bf16 and then an e4m3 midpoint; one such flip
 // moves every output of its token by up to one e4m3 step of that h value times its weight. Measured on the H200:
-// up to 12% of the outputs of a small call off by more than the dtype's atol, the worst by 22% of rms. The budget:
-// 15% of the values within 25% of rms. A wrong scale, K block, half or row is off on nearly every value by about
-// the whole rms; the GEMM itself is checked tightly on identical codes by QuantGemmCuda.Fp8Sm90MatchesFloat64*.
+// up to 12% of the outputs of a small call off by more than the dtype's atol, the worst by 22% of rms, and 15.06%
+// (worst 10% of rms) at H = 1152, I = 384, f16, UE8M0 scales (more K blocks and h groups per token, so more tokens
+// with a flip). The budget: 20% of the values within 25% of rms. A wrong scale, K block, half or row is off on nearly
+// every value by about the whole rms; the GEMM itself is checked tightly on identical codes by
+// QuantGemmCuda.Fp8Sm90MatchesFloat64*.
 Tolerance cuda_tolerance(const ExpertsProblem& p, const std::string& backend) {
     Tolerance t = tolerance_for(p);
     if ((backend == "grouped_mm" || backend == "deepgemm") && p.quant.format == QuantFormat::kFp8 &&
         p.quant.activations != ActivationQuant::kNone && p.dtype() != DType::kF32)
-        t.outlier_fraction = p.T() < 8 ? 1.0 : 0.15, t.outlier_atol = 0.25;  // few tokens: one flip moves them all
+        t.outlier_fraction = p.T() < 8 ? 1.0 : 0.2, t.outlier_atol = 0.25;  // few tokens: one flip moves them all
     return t;
 }
 
@@ -225,6 +228,39 @@ TEST(QuantBackendsCuda, Fp8Blocks128MatchTheReference) {
                                           cuda_tolerance(qp.problem(), name)))
                     << name << " " << dtype_name(scale) << " T=" << T;
         }
+}
+
+// The FP8 grouped pipeline quantizes h in the up GEMM's epilogue when I is a multiple of 128 (one tile's outputs are
+// one scale group): the same f32 operations as its own pass (MOEX_FUSED_H_QUANT=0), so the same bits, for every gated
+// layout, both 16-bit dtypes and both scale formats; H of 3 and 9 groups puts half a step and a partial batch into
+// the gather's quantization. Both near the reference too.
+TEST(QuantBackendsCuda, Fp8FusedHQuantizationIsItsOwnPassBitForBit) {
+    if (!cuda_here()) GTEST_SKIP() << "no CUDA device";
+    struct EnvGuard {
+        ~EnvGuard() { unsetenv("MOEX_FUSED_H_QUANT"); }
+    } guard;
+    const Backend& b = ExpertsInterface::global().get("grouped_mm");
+    int ran = 0;
+    for (const LayoutCase& lc : kLayouts)
+        for (DType scale : {DType::kF32, DType::kUE8M0})
+            for (auto [T, H, I] : {std::array<int64_t, 3>{37, 384, 128}, std::array<int64_t, 3>{700, 1152, 384}}) {
+                Variant v = lc.v;
+                v.dtype = scale == DType::kF32 ? DType::kBF16 : DType::kF16;
+                const Scheme s{"fp8_128", QuantFormat::kFp8, 128, 128, scale, ActivationQuant::kDynamic};
+                const QuantProblem qp(T, H, I, 4, 2, v, s, 400 + uint64_t(T));
+                const std::vector<double> ref = reference_of(qp.problem());
+                const PlacedProblem placed = place(qp.problem(), Device::kCUDA);
+                const Tensor fused = run_backend(b, placed);
+                setenv("MOEX_FUSED_H_QUANT", "0", 1);
+                const Tensor own_pass = run_backend(b, placed);
+                unsetenv("MOEX_FUSED_H_QUANT");
+                const std::string what =
+                    std::string(lc.name) + " " + std::string(dtype_name(scale)) + " T=" + std::to_string(T);
+                EXPECT_TRUE(bitwise_equal(fused, own_pass)) << what;
+                EXPECT_TRUE(outputs_close(fused.view(), ref, {}, cuda_tolerance(qp.problem(), "grouped_mm"))) << what;
+                ++ran;
+            }
+    EXPECT_EQ(ran, 4 * 2 * 2);
 }
 
 // deepgemm: DeepGEMM's schemes (FP8 128 x 128 with float and UE8M0 scales, dynamic activations) and FP4 weights

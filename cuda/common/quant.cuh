@@ -26,6 +26,13 @@ __device__ __forceinline__ float2 e4m3x2_to_f32(uint32_t codes) {
 __device__ __forceinline__ uint8_t f32_to_e4m3(float v) {
     return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
 }
+// Two values to two e4m3 codes (x the low byte), one conversion.
+__device__ __forceinline__ uint16_t f32x2_to_e4m3x2(float x, float y) {
+    return static_cast<uint16_t>(__nv_cvt_float2_to_fp8x2(make_float2(x, y), __NV_SATFINITE, __NV_E4M3));
+}
+// Dynamic activation quantization (moex/quant.h dynamic_inverse): a value's code is e4m3(v * (448 / amax)), the
+// inverse capped at FLT_MAX; the scale stored beside the codes is amax / 448.
+__device__ __forceinline__ float dynamic_inverse(float amax) { return fminf(__fdiv_rn(448.0f, amax), 3.40282347e38f); }
 // e2m1 (low 4 bits: sign bit 3, magnitude {0, .5, 1, 1.5, 2, 3, 4, 6}): magnitudes >= 1 are 2^(e-1) (1 + m/2), which
 // is the f32 with exponent field 126 + e and mantissa m << 22, i.e. (code & 7) << 22 plus 126 << 23.
 __device__ __forceinline__ float e2m1_to_f32(uint32_t code) {

@@ -2,6 +2,7 @@
 // a warp reduction, then every value is divided by the group's scale and rounded to e4m3; the code is stored (codes
 // mode) or multiplied back in f32 (the same f32 operations as src/cpu/act_quant.cpp) and stored.
 #include <algorithm>
+#include <type_traits>
 
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
@@ -43,7 +44,7 @@ __global__ void __launch_bounds__(32 * kWarps) act_quant_kernel(const __grid_con
         if (a.scale_out != nullptr && lane == 0) a.scale_out[item] = 0.0f;
     };
     if (e < 0) return keep();
-    float s;
+    float s, inv = 0.0f;  // static: v / s; dynamic: v * inv (moex/quant.h)
     if (a.static_scale != nullptr) {
         s = a.static_scale[e];
     } else {
@@ -51,11 +52,12 @@ __global__ void __launch_bounds__(32 * kWarps) act_quant_kernel(const __grid_con
         for (int64_t k = lane; k < a.group; k += 32) amax = fmaxf(amax, fabsf(to_f32(src[k])));
 #pragma unroll
         for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        if (amax == 0.0f) return keep();  // the division below would give NaN
-        s = __fdiv_rn(amax, 448.0f);
+        if (amax == 0.0f) return keep();  // the inverse below would be infinite
+        s = __fdiv_rn(amax, 448.0f), inv = dynamic_inverse(amax);
     }
     for (int64_t k = lane; k < a.group; k += 32) {
-        const uint8_t code = f32_to_e4m3(__fdiv_rn(to_f32(src[k]), s));
+        const float v = to_f32(src[k]);
+        const uint8_t code = f32_to_e4m3(a.static_scale != nullptr ? __fdiv_rn(v, s) : v * inv);
         if (a.dst_e4m3) {
             dst8[k] = code;
         } else {
@@ -85,47 +87,99 @@ void act_quant_typed(const ActQuantArgs& a, cudaStream_t stream) {
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, act_quant_kernel<T>, a));
 }
 
-// Gather + dynamic quantization, groups of 128: one warp per (row, group), lane l holding values 4l .. 4l + 3 (one
-// 8- or 16-byte load), one pass, the four codes stored as one word. The same f32 operations as act_quant_kernel.
+// Eight values of a row at p (16-byte aligned), or zeros when !valid.
 template <class T>
-__global__ void __launch_bounds__(32 * kWarps) gather_act_quant_kernel(const __grid_constant__ GatherQuantArgs a) {
-    const GatherArgs& g = a.gather;
-    const int64_t groups = g.H / 128, total = *g.total_rows;
-    const int64_t lane = threadIdx.x % 32, items = total * groups;
-    const int64_t stride = int64_t(gridDim.x) * kWarps;
-    for (int64_t item = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; item < items; item += stride) {
-        const int64_t r = item / groups, k0 = (item % groups) * 128 + 4 * lane;
-        const int s = g.row_slot[r];
-        float v[4] = {0.f, 0.f, 0.f, 0.f};
-        if (s >= 0) {
-            const T* src = static_cast<const T*>(g.x) + int64_t(s / g.k) * g.H + k0;
-            if constexpr (sizeof(T) == 4) {
-                const float4 w = __ldg(reinterpret_cast<const float4*>(src));
-                v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w;
-            } else {
-                const uint2 w = __ldg(reinterpret_cast<const uint2*>(src));
-                const T* h = reinterpret_cast<const T*>(&w);
+__device__ __forceinline__ void load8(float (&v)[8], const T* p, bool valid) {
+    if (!valid) {
 #pragma unroll
-                for (int i = 0; i < 4; ++i) v[i] = to_f32(h[i]);
-            }
-        }
-        float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+        for (int i = 0; i < 8; ++i) v[i] = 0.0f;
+    } else if constexpr (sizeof(T) == 4) {
+        const float4 w0 = __ldg(reinterpret_cast<const float4*>(p)), w1 = __ldg(reinterpret_cast<const float4*>(p) + 1);
+        v[0] = w0.x, v[1] = w0.y, v[2] = w0.z, v[3] = w0.w, v[4] = w1.x, v[5] = w1.y, v[6] = w1.z, v[7] = w1.w;
+    } else {
+        const uint4 w = __ldg(reinterpret_cast<const uint4*>(p));
+        const uint32_t words[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
-        for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        // An all-zero group (padding rows, zero inputs) stays zero, codes 0 with scale 0 (the division would be NaN).
-        const float sc = amax == 0.0f ? 0.0f : __fdiv_rn(amax, 448.0f);
-        uint32_t word = 0;
-        if (amax != 0.0f) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) word |= uint32_t(f32_to_e4m3(__fdiv_rn(v[i], sc))) << (8 * i);
-        }
-        *reinterpret_cast<uint32_t*>(a.dst + r * g.H + k0) = word;
-        if (lane == 0) {
-            a.scale_out[item] = sc;
-            if (item % groups == 0 && g.row_scale != nullptr)
-                g.row_scale[r] = s >= 0 ? load_weight(g.topk_weights, g.weights_f32, g.dtype, s) : 0.0f;
+        for (int i = 0; i < 8; ++i) {  // bit operations on the words: no copy of w in local memory
+            const auto bits = static_cast<unsigned short>(words[i / 2] >> (16 * (i % 2)));
+            if constexpr (std::is_same_v<T, __nv_bfloat16>)
+                v[i] = __uint_as_float(uint32_t(bits) << 16);
+            else
+                v[i] = __half2float(__ushort_as_half(bits));
         }
     }
+}
+
+// Gather + dynamic quantization, groups of 128: one warp per padded row (grid-stride over rows), 256 values per step,
+// lane l holding values 8 (l % 16) .. + 7 of the step's group 2·step + l / 16 (one 16-byte load, two for f32), so a
+// half-warp holds a group and reduces it with four shuffles. kBatch steps' loads are issued before their reductions
+// and the next row's slot is loaded a row ahead, so a warp keeps 2 KB in flight instead of one 8-byte load per lane
+// (the earlier one-warp-per-group kernel ran at a third of the bandwidth: RESULTS L7). The same f32 operations as
+// act_quant_kernel.
+template <class T>
+__global__ void __launch_bounds__(32 * kWarps, 2) gather_act_quant_kernel(const __grid_constant__ GatherQuantArgs a) {
+    constexpr int kBatch = 4;
+    const GatherArgs& g = a.gather;
+    const int64_t groups = g.H / 128, steps = (groups + 1) / 2, total = *g.total_rows;
+    const int lane = threadIdx.x % 32, half = lane / 16, col = 8 * (lane % 16);
+    const int64_t stride = int64_t(gridDim.x) * kWarps;
+    int64_t r = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+    int s_next = r < total ? g.row_slot[r] : -1;
+    for (; r < total; r += stride) {
+        const int s = s_next;
+        if (r + stride < total) s_next = g.row_slot[r + stride];
+        const T* src = static_cast<const T*>(g.x) + int64_t(s >= 0 ? s / g.k : 0) * g.H + col;
+        uint8_t* dst = a.dst + r * g.H + col;
+        for (int64_t c0 = 0; c0 < steps; c0 += kBatch) {
+            float v[kBatch][8];
+#pragma unroll
+            for (int b = 0; b < kBatch; ++b) {
+                const int64_t grp = 2 * (c0 + b) + half;
+                load8(v[b], src + grp * 128, s >= 0 && c0 + b < steps && grp < groups);
+            }
+#pragma unroll
+            for (int b = 0; b < kBatch; ++b) {
+                const int64_t grp = 2 * (c0 + b) + half;
+                float amax = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[b][i]));
+#pragma unroll
+                for (int o = 8; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+                // An all-zero group (padding rows, zero inputs) stays zero, codes 0 with scale 0 (the division
+                // would be NaN).
+                const float sc = amax == 0.0f ? 0.0f : __fdiv_rn(amax, 448.0f);
+                uint32_t lo = 0, hi = 0;
+                if (amax != 0.0f) {
+                    const float inv = dynamic_inverse(amax);
+#pragma unroll
+                    for (int i = 0; i < 4; i += 2) {
+                        lo |= uint32_t(f32x2_to_e4m3x2(v[b][i] * inv, v[b][i + 1] * inv)) << (8 * i);
+                        hi |= uint32_t(f32x2_to_e4m3x2(v[b][i + 4] * inv, v[b][i + 5] * inv)) << (8 * i);
+                    }
+                }
+                if (c0 + b < steps && grp < groups) {
+                    *reinterpret_cast<uint2*>(dst + grp * 128) = make_uint2(lo, hi);
+                    if (lane % 16 == 0) a.scale_out[r * groups + grp] = sc;
+                }
+            }
+        }
+        if (lane == 0 && g.row_scale != nullptr)
+            g.row_scale[r] = s >= 0 ? load_weight(g.topk_weights, g.weights_f32, g.dtype, s) : 0.0f;
+    }
+}
+
+// One resident wave of blocks (the kernel strides over the rows), never more than the rows need.
+template <class T>
+void launch_gather_act_quant_as(const GatherQuantArgs& a, cudaStream_t stream) {
+    static const int per_sm = [] {
+        int n = 0;
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gather_act_quant_kernel<T>, 32 * kWarps, 0));
+        return std::max(n, 1);
+    }();
+    const int64_t wave = int64_t(device_state().sm_count) * per_sm;
+    const auto blocks = unsigned(std::max<int64_t>(1, std::min(ceil_div(a.gather.rows_bound, int64_t(kWarps)), wave)));
+    gather_act_quant_kernel<T><<<blocks, 32 * kWarps, 0, stream>>>(a);
+    MOEX_LAUNCH_CHECK();
 }
 
 }  // namespace
@@ -133,7 +187,7 @@ __global__ void __launch_bounds__(32 * kWarps) gather_act_quant_kernel(const __g
 bool gather_act_quant_takes(const GatherArgs& g, int64_t group, bool static_scales) {
     const int64_t esize = dtype_size(g.dtype);
     return !static_scales && group == 128 && g.H % 128 == 0 && (esize == 2 || esize == 4) &&
-           reinterpret_cast<uintptr_t>(g.x) % (4 * esize) == 0;
+           reinterpret_cast<uintptr_t>(g.x) % 16 == 0;
 }
 
 void launch_gather_act_quant(const GatherQuantArgs& a, cudaStream_t stream) {
@@ -141,16 +195,12 @@ void launch_gather_act_quant(const GatherQuantArgs& a, cudaStream_t stream) {
     MOEX_REQUIRE(gather_act_quant_takes(g, 128, false), ErrorCode::kInvalidArgument,
                  "gather + activation quantization: needs groups of 128 and aligned rows (gather_act_quant_takes)");
     if (g.rows_bound == 0) return;
-    const int64_t items = g.rows_bound * (g.H / 128);
-    const int64_t max_blocks = int64_t(device_state().sm_count) * 16;
-    const unsigned blocks = unsigned(std::max<int64_t>(1, std::min(ceil_div(items, int64_t(kWarps)), max_blocks)));
     switch (g.dtype) {
-        case DType::kBF16: gather_act_quant_kernel<__nv_bfloat16><<<blocks, 32 * kWarps, 0, stream>>>(a); break;
-        case DType::kF16: gather_act_quant_kernel<__half><<<blocks, 32 * kWarps, 0, stream>>>(a); break;
-        case DType::kF32: gather_act_quant_kernel<float><<<blocks, 32 * kWarps, 0, stream>>>(a); break;
+        case DType::kBF16: return launch_gather_act_quant_as<__nv_bfloat16>(a, stream);
+        case DType::kF16: return launch_gather_act_quant_as<__half>(a, stream);
+        case DType::kF32: return launch_gather_act_quant_as<float>(a, stream);
         default: fail(ErrorCode::kInvalidArgument, "gather + activation quantization: bf16, f16 or f32 activations");
     }
-    MOEX_LAUNCH_CHECK();
 }
 
 void launch_act_quant(const ActQuantArgs& a, cudaStream_t stream) {

@@ -1,8 +1,10 @@
 // The grouped_mm pipeline (prefill): device routing into 128-row expert blocks -> gather of x -> grouped GEMM up
 // (gate epilogue, bias) -> grouped GEMM down (bias, row_scale = routing weight, f32 out) -> combine in token order.
 // Quantized activations are rounded after the gather and after the up GEMM (e4m3 bytes for the FP8 kernel; its x
-// is gathered and rounded in one pass).
+// is gathered and rounded in one pass, and its h rounded in the up GEMM's epilogue for dynamic groups of 128).
 // No host sync: every size the host needs is a bound (P = S + min(E, S) * 127), so the call is graph-capturable.
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "cuda/common/check.h"
@@ -11,6 +13,16 @@
 #include "cuda/gemm/grouped_gemm.h"
 
 namespace moex::cuda {
+namespace {
+
+// The pipeline's A/B switch, read per call so a test can flip it: MOEX_FUSED_H_QUANT=0 quantizes h in its own pass
+// after the up GEMM (the earlier form, for timing and for the tests' twin run).
+bool env_is(const char* name, const char* value) {
+    const char* env = std::getenv(name);
+    return env != nullptr && std::strcmp(env, value) == 0;
+}
+
+}  // namespace
 
 void run_grouped(const ExpertsArgs& a, cudaStream_t stream) { run_grouped(a, stream, GroupedOptions{}); }
 
@@ -66,11 +78,21 @@ void run_grouped(const ExpertsArgs& a, cudaStream_t stream, const GroupedOptions
     down.epilogue = Epilogue::kStore, down.b_scales = a.down_scales;
     down.a_scales = codes ? ws.at<float>(h_scales) : nullptr;
     down.expert_scale = options.down_expert_scale;
-    if (fp8_candidate) {  // both GEMMs on e4m3 bytes, or both on codes in the dtype
+    bool fused_h_quant = false;  // the up GEMM's gate epilogue writes h as e4m3 codes and their scales
+    if (fp8_candidate) {         // both GEMMs on e4m3 bytes, or both on codes in the dtype
         GroupedGemmArgs up8 = up, down8 = down;
         up8.A = ws.at<void>(x8_rows), down8.A = ws.at<void>(h8_rows);
         up8.a_fp8 = down8.a_fp8 = true;
         if (sm90_only || (grouped_gemm_takes_fp8(up8) && grouped_gemm_takes_fp8(down8))) up = up8, down = down8;
+        // Dynamic groups of 128 along I: one up tile's 128 outputs are one group, so the epilogue quantizes h.
+        GroupedGemmArgs up_codes = up8;
+        up_codes.epilogue = Epilogue::kGateE4m3;
+        up_codes.D = ws.at<void>(h8_rows);
+        up_codes.d_scales = ws.at<float>(h_scales);
+        fused_h_quant = up.a_fp8 && a.has_gate && a.act_quant.mode == ActivationQuant::kDynamic &&
+                        act_group(a, false) == 128 && !env_is("MOEX_FUSED_H_QUANT", "0") &&
+                        grouped_gemm_takes_fp8(up_codes);
+        if (fused_h_quant) up = up_codes;
     }
     // The TMA kernels only: a projection they refuse fails here, before anything is launched.
     auto launch_gemm = [&](const GroupedGemmArgs& g) {
@@ -113,7 +135,7 @@ void run_grouped(const ExpertsArgs& a, cudaStream_t stream, const GroupedOptions
         launch_hidden_act(hidden_act_args(a, r, ws.at<float>(u_rows), ws.at<void>(h_rows), P, a.I, nullptr, false),
                           stream);
     }
-    if (quantizes_activations(a)) quantize_rows(false, ws.at<void>(h_rows), down);
+    if (quantizes_activations(a) && !fused_h_quant) quantize_rows(false, ws.at<void>(h_rows), down);
     launch_gemm(down);
 
     launch_combine(combine_args(a, ws.at<float>(y_rows), r.slot_row, /*weighted=*/false), stream);

@@ -14,7 +14,12 @@ inline constexpr int kRowAlign = 128;  // every expert's row block starts at a m
 enum class Epilogue : int32_t {
     kStore = 0,  // D = A·Bᵀ + bias
     kGate = 1,   // D[:, c] = gate(acc + bias) over column pairs: N outputs of A·Bᵀ -> N/2 columns of D
+    // kGate rounded to the dtype, then quantized as the FP8 down projection takes it: D holds e4m3 bytes and
+    // d_scales one dynamic scale (amax / 448) per row and 128 columns (what launch_act_quant writes from kGate's
+    // output, bit for bit). The sm_90a FP8 kernel only, with N / 2 a multiple of 128.
+    kGateE4m3 = 2,
 };
+inline bool is_gate(Epilogue e) { return e == Epilogue::kGate || e == Epilogue::kGateE4m3; }
 
 // D[r, :] = epilogue(A[r, :] · B_e[:, :]ᵀ + bias_e) * (row_scale ? row_scale[r] : 1) for every row r of expert e.
 // All routing arrays live in device memory and are written by the routing kernels, so the launch needs no host sync
@@ -45,6 +50,7 @@ struct GroupedGemmArgs {
     bool a_fp8;  // A holds (P, K) e4m3 bytes (with a_scales): only the sm_90a FP8 kernel takes it
     // (E,) or nullptr: multiplies expert e's f32 accumulators before the bias (sm_90a kernel only).
     const float* expert_scale = nullptr;
+    float* d_scales = nullptr;  // kGateE4m3: (P, N / 2 / 128) f32 scales of D's e4m3 codes
 };
 
 // MOEX_GEMM=portable: the portable kernel for everything it can run (the GPU check runs every test through both).

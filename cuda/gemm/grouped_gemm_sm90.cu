@@ -83,10 +83,11 @@ bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStrea
     constexpr CUtensorMapDataType kInType = kFp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : kType;
     constexpr uint64_t kEsz = kFp8 ? 1 : 2;
     constexpr cuuint32_t kBoxK = sm90::kStageK<kFp8>;
-    constexpr bool kGate = kEpi == EpiKind::kGate;
+    constexpr bool kGate = sm90::is_gate_epi(kEpi);
+    constexpr bool kCodes = kEpi == EpiKind::kGateE4m3;
     const uint64_t P = a.P, N = a.N, K = a.K, E = a.E;
     const uint64_t n_out = kGate ? N / 2 : N;
-    const uint64_t d_esz = kEpi == EpiKind::kStoreF32 ? 4 : 2;
+    const uint64_t d_esz = kEpi == EpiKind::kStoreF32 ? 4 : kCodes ? 1 : 2;
 
     Sm90Params p{};
     {
@@ -104,7 +105,9 @@ bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStrea
         p.map_b = make_map(a.B, kType, 3, dims, strides, box);
     }
     {
-        const CUtensorMapDataType d_type = kEpi == EpiKind::kStoreF32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : kType;
+        const CUtensorMapDataType d_type = kEpi == EpiKind::kStoreF32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                           : kCodes                   ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                                                      : kType;
         const cuuint64_t dims[2] = {n_out, P}, strides[1] = {n_out * d_esz};
         const cuuint32_t box[2] = {static_cast<cuuint32_t>(128 / d_esz), 64};
         p.map_d = make_map(a.D, d_type, 2, dims, strides, box);
@@ -116,6 +119,8 @@ bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStrea
     p.epi.N = static_cast<int32_t>(N);
     p.epi.n_half = static_cast<int32_t>(N / 2);
     p.epi.gate = a.gate;
+    p.epi.d_scales = a.d_scales;
+    p.epi.d_scale_cols = static_cast<int32_t>(n_out / 128);
     p.m_tile_expert = a.m_tile_expert;
     p.num_m_tiles = a.num_m_tiles;
     p.expert_row_start = a.expert_row_start;
@@ -160,6 +165,10 @@ bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStrea
 template <typename T, bool kBNMajor, bool kFp8 = false>
 bool dispatch_epilogue(const GroupedGemmArgs& a, const Sm90GemmConfig& c, int dev, cudaStream_t s) {
     if (a.epilogue == Epilogue::kGate) return run<T, kBNMajor, EpiKind::kGate, kFp8>(a, c, dev, s);
+    if (a.epilogue == Epilogue::kGateE4m3) {  // built for the FP8 kernel only (sm90_why_not)
+        if constexpr (kFp8) return run<T, kBNMajor, EpiKind::kGateE4m3, kFp8>(a, c, dev, s);
+        return false;
+    }
     return a.d_f32 ? run<T, kBNMajor, EpiKind::kStoreF32, kFp8>(a, c, dev, s)
                    : run<T, kBNMajor, EpiKind::kStore, kFp8>(a, c, dev, s);
 }
@@ -206,7 +215,8 @@ bool launch_grouped_gemm_sm90(const GroupedGemmArgs& args, void* stream) {
     return launch_checked(args, config, dev, stream);
 }
 
-// Instantiations: {bf16, f16} x {B (E, N, K), B (E, K, N), FP8 (E, N, K)} x {store dtype, store f32, gate}.
+// Instantiations: {bf16, f16} x {B (E, N, K), B (E, K, N), FP8 (E, N, K)} x {store dtype, store f32, gate}, and the
+// FP8 kernel's gate into e4m3 codes.
 #define MOEX_SM90_INSTANTIATE(T, BN, FP8)                                                    \
     template __global__ void sm90::grouped_gemm_sm90_kernel<T, BN, EpiKind::kStore, FP8>(    \
         const __grid_constant__ Sm90Params);                                                 \
@@ -221,5 +231,9 @@ MOEX_SM90_INSTANTIATE(__half, true, false)
 MOEX_SM90_INSTANTIATE(__nv_bfloat16, false, true)
 MOEX_SM90_INSTANTIATE(__half, false, true)
 #undef MOEX_SM90_INSTANTIATE
+template __global__ void sm90::grouped_gemm_sm90_kernel<__nv_bfloat16, false, EpiKind::kGateE4m3, true>(
+    const __grid_constant__ Sm90Params);
+template __global__ void sm90::grouped_gemm_sm90_kernel<__half, false, EpiKind::kGateE4m3, true>(
+    const __grid_constant__ Sm90Params);
 
 }  // namespace moex::cuda

@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
     const uint32_t lane = threadIdx.x % 32;
     const int32_t cluster_m = p.cluster_m;
     const uint32_t rank = cluster_m > 1 ? cluster_cta_rank() : 0;
-    const bool gate_concat = kEpi == EpiKind::kGate && p.epi.gate.concatenated;
+    const bool gate_concat = is_gate_epi(kEpi) && p.epi.gate.concatenated;
 
     if (threadIdx.x == 256) {
 #pragma unroll

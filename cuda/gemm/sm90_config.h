@@ -24,7 +24,12 @@ struct Sm90GemmConfig {
 
 // Why the sm_90a kernel cannot run these arguments (nullptr: it can). The shape checks live here and only here.
 inline const char* sm90_why_not(const GroupedGemmArgs& a) {
-    const bool gate = a.epilogue == Epilogue::kGate;
+    const bool gate = is_gate(a.epilogue);
+    if (a.epilogue == Epilogue::kGateE4m3) {
+        if (!a.a_fp8) return "the gate epilogue into e4m3 codes is built for the FP8 kernel only";
+        if ((a.N / 2) % 128 != 0) return "the gate epilogue into e4m3 codes needs N / 2 (I) a multiple of 128";
+        if (!a.d_scales || !is_aligned(a.d_scales, 4)) return "the gate epilogue into e4m3 codes needs d_scales";
+    }
     if (a.dtype != DType::kBF16 && a.dtype != DType::kF16) return "sm90 kernel takes bf16/f16 inputs only";
     if (a.b_scales.format != QuantFormat::kNone) {
         const WeightScales& s = a.b_scales;

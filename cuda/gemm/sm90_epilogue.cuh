@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "cuda/common/params.h"
+#include "cuda/common/quant.cuh"
 #include "cuda/gemm/sm90_tma.cuh"
 
 namespace moex::cuda::sm90 {
@@ -19,7 +20,9 @@ enum class EpiKind : int32_t {
     kStore = 0,     // D = (acc + bias) · row_scale, written in the input dtype
     kStoreF32 = 1,  // same, written in f32
     kGate = 2,      // D = gate(acc + bias) · row_scale over (gate, up) column pairs, written in the input dtype
+    kGateE4m3 = 3,  // kGate's values rounded to the input dtype, then to e4m3 codes with a scale per row and tile
 };
+inline constexpr bool is_gate_epi(EpiKind k) { return k == EpiKind::kGate || k == EpiKind::kGateE4m3; }
 
 // One TMA store box: 64 rows x 128 bytes (32 f32 or 64 16-bit values), 128B-swizzled, 1024-aligned.
 inline constexpr uint32_t kStoreBoxBytes = 64 * 128;
@@ -31,7 +34,9 @@ struct EpilogueParams {
     int32_t P;                  // rows of D
     int32_t N;                  // accumulator columns (B rows)
     int32_t n_half;             // N / 2: gate outputs per row
-    GateParams gate;  // kGate: the gate and the column order ([gate | up] or interleaved [g0, u0, g1, u1, ...])
+    GateParams gate;       // kGate: the gate and the column order ([gate | up] or interleaved [g0, u0, g1, u1, ...])
+    float* d_scales;       // kGateE4m3: (P, d_scale_cols) scales of the codes, one per row and 128 output columns
+    int32_t d_scale_cols;  // N / 2 / 128
 };
 
 // Where this thread's accumulators sit: rows r_lo and r_lo + 8 of the warpgroup's 64, column pair 2q, 2q + 1
@@ -170,18 +175,106 @@ __device__ __forceinline__ void epilogue_store(const EpilogueParams& ep, const C
     }
 }
 
-// kGate: 128 output columns o0 + [0, 128) -> two boxes of 64. Concatenated: the CTA's B tile holds gate rows
-// [o0, o0 + 128) then up rows [I + o0, I + o0 + 128), so output column c pairs accumulator columns c and c + 128
-// (column blocks j and j + 16). Interleaved: accumulator columns 2c, 2c + 1 are (gate, up) of output column c.
-template <typename T, GateKind kKind, Activation kAct>
-__device__ __forceinline__ void epilogue_gate(const EpilogueParams& ep, const CUtensorMap* map_d,
-                                              const float (&acc)[128], uint8_t* staging, const T* bias_s, uint32_t& buf,
-                                              const EpiThread& th, const TileExtras& x, int32_t row0, int32_t n_tile) {
+template <typename T>
+__device__ __forceinline__ float round_to(float v) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>)
+        return __bfloat162float(__float2bfloat16_rn(v));
+    else
+        return __half2float(__float2half_rn(v));
+}
+
+// kGateE4m3, once the gate values (rounded to T) of this thread's 32 output columns of rows r_lo and r_lo + 8 sit in
+// acc: kPairs (concatenated) value i at acc[4 (i / 2) + i % 2] (+ 2 for row r_lo + 8), output column 8 (i / 2) + 2q +
+// i % 2; interleaved at acc[4i] (+ 2), column 4i + q. The tile's 128 output columns are one scale group per row,
+// spread over the 4 lanes of a quad. Each row's amax over the quad, its scale amax / 448 and the codes
+// e4m3(v * (448 / amax)) are launch_act_quant's f32 operations on the same values (an all-zero group: codes 0, scale 0); the
+// codes fill one 64 x 128-byte box, the quad's first lane writes the two rows' scales.
+template <bool kPairs>
+__device__ __forceinline__ void store_e4m3_group(const EpilogueParams& ep, const CUtensorMap* map_d,
+                                                 const float (&acc)[128], uint8_t* staging, uint32_t& buf,
+                                                 const EpiThread& th, int32_t row0, int32_t n_tile) {
+    constexpr auto idx = [](int i) { return kPairs ? 4 * (i / 2) + i % 2 : 4 * i; };
+    float m_lo = 0.f, m_hi = 0.f;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+        m_lo = fmaxf(m_lo, fabsf(acc[idx(i)]));
+        m_hi = fmaxf(m_hi, fabsf(acc[idx(i) + 2]));
+    }
+#pragma unroll
+    for (int o = 1; o <= 2; o *= 2) {
+        m_lo = fmaxf(m_lo, __shfl_xor_sync(0xffffffffu, m_lo, o));
+        m_hi = fmaxf(m_hi, __shfl_xor_sync(0xffffffffu, m_hi, o));
+    }
+    const float s_lo = m_lo == 0.f ? 0.f : __fdiv_rn(m_lo, 448.f), s_hi = m_hi == 0.f ? 0.f : __fdiv_rn(m_hi, 448.f);
+    uint8_t* box = staging + buf * kStoreBoxBytes;
+    // Codes v * (448 / amax) (moex/quant.h); kPairs: a pair of adjacent columns converted and stored as one 16-bit
+    // word. A zero row (padding) takes a branch, not a select, so no infinite inverse is ever multiplied.
+    auto codes = [&](uint32_t row, int off, float m) {
+        const float inv = m == 0.f ? 0.f : dynamic_inverse(m);
+        if constexpr (kPairs) {
+#pragma unroll
+            for (int i = 0; i < 32; i += 2) {
+                const uint16_t c2 = f32x2_to_e4m3x2(acc[idx(i) + off] * inv, acc[idx(i + 1) + off] * inv);
+                *reinterpret_cast<uint16_t*>(box + swizzled(row, 8 * (i / 2) + 2 * th.q)) = c2;
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < 32; ++i) box[swizzled(row, 4 * i + th.q)] = f32_to_e4m3(acc[idx(i) + off] * inv);
+        }
+    };
+    codes(th.r_lo, 0, m_lo);
+    codes(th.r_lo + 8, 2, m_hi);
+    if (th.q == 0) {
+        const int32_t r = row0 + static_cast<int32_t>(th.r_lo);
+        if (r < ep.P) ep.d_scales[int64_t(r) * ep.d_scale_cols + n_tile] = s_lo;
+        if (r + 8 < ep.P) ep.d_scales[int64_t(r + 8) * ep.d_scale_cols + n_tile] = s_hi;
+    }
+    store_box(th, map_d, box, n_tile * 128, row0);
+    buf ^= 1;
+}
+
+// kGate: 128 output columns o0 + [0, 128) -> two boxes of 64 (kCodes: e4m3 codes in one box, store_e4m3_group).
+// Concatenated: the CTA's B tile holds gate rows [o0, o0 + 128) then up rows [I + o0, I + o0 + 128), so output column c
+// pairs accumulator columns c and c + 128 (column blocks j and j + 16). Interleaved: accumulator columns 2c, 2c + 1 are
+// (gate, up) of output column c.
+template <typename T, GateKind kKind, Activation kAct, bool kCodes>
+__device__ __forceinline__ void epilogue_gate(const EpilogueParams& ep, const CUtensorMap* map_d, float (&acc)[128],
+                                              uint8_t* staging, const T* bias_s, uint32_t& buf, const EpiThread& th,
+                                              const TileExtras& x, int32_t row0, int32_t n_tile) {
     const int32_t o0 = n_tile * 128;
     const bool has_bias = ep.bias != nullptr;
     const float al = ep.gate.alpha, li = ep.gate.limit, s_lo = x.s_lo, s_hi = x.s_hi;
     const int32_t q2 = 2 * static_cast<int32_t>(th.q);
     const float2 zero = make_float2(0.f, 0.f);
+    if constexpr (kCodes) {  // the gate values in place (each overwrites a register already read), then the codes
+        if (ep.gate.concatenated) {
+            // Output column 8j + 2q (+1) of block j: gate acc[4j ..], up acc[4(j + 16) ..].
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+                const int ju = j + 16;
+                const float2 gb = has_bias ? load_pair(bias_s + 8 * j + q2) : zero;
+                const float2 ub = has_bias ? load_pair(bias_s + 128 + 8 * j + q2) : zero;
+                const float a0 = gate_value<kKind, kAct>(acc[4 * j] + gb.x, acc[4 * ju] + ub.x, al, li) * s_lo;
+                const float a1 = gate_value<kKind, kAct>(acc[4 * j + 1] + gb.y, acc[4 * ju + 1] + ub.y, al, li) * s_lo;
+                const float a2 = gate_value<kKind, kAct>(acc[4 * j + 2] + gb.x, acc[4 * ju + 2] + ub.x, al, li) * s_hi;
+                const float a3 = gate_value<kKind, kAct>(acc[4 * j + 3] + gb.y, acc[4 * ju + 3] + ub.y, al, li) * s_hi;
+                acc[4 * j] = round_to<T>(a0), acc[4 * j + 1] = round_to<T>(a1);
+                acc[4 * j + 2] = round_to<T>(a2), acc[4 * j + 3] = round_to<T>(a3);
+            }
+            store_e4m3_group<true>(ep, map_d, acc, staging, buf, th, row0, n_tile);
+        } else {
+            // Output column 4j + q: (gate, up) = acc[4j], acc[4j + 1] (row lo), acc[4j + 2], acc[4j + 3] (row hi).
+#pragma unroll
+            for (int j = 0; j < 32; ++j) {
+                const float2 bv = has_bias ? load_pair(bias_s + 8 * j + q2) : zero;
+                const float lo = gate_value<kKind, kAct>(acc[4 * j] + bv.x, acc[4 * j + 1] + bv.y, al, li) * s_lo;
+                const float hi = gate_value<kKind, kAct>(acc[4 * j + 2] + bv.x, acc[4 * j + 3] + bv.y, al, li) * s_hi;
+                acc[4 * j] = round_to<T>(lo), acc[4 * j + 2] = round_to<T>(hi);
+            }
+            store_e4m3_group<false>(ep, map_d, acc, staging, buf, th, row0, n_tile);
+        }
+        return;
+    }
     if (ep.gate.concatenated) {
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
@@ -228,7 +321,7 @@ __device__ __forceinline__ void epilogue_gate(const EpilogueParams& ep, const CU
 // Writes one warpgroup's 64 rows (row0 = first row) of the tile. `staging`: this warpgroup's two boxes;
 // `bias_s`: its 256-entry bias slot, filled here from x.bias2.
 template <typename T, EpiKind kEpi>
-__device__ __forceinline__ void epilogue(const EpilogueParams& ep, const CUtensorMap* map_d, const float (&acc)[128],
+__device__ __forceinline__ void epilogue(const EpilogueParams& ep, const CUtensorMap* map_d, float (&acc)[128],
                                          uint8_t* staging, T* bias_s, uint32_t& buf, const EpiThread& th,
                                          const TileExtras& x, int32_t row0, int32_t n_tile) {
     if (ep.bias != nullptr) {  // publish the tile's bias; the previous tile read its slot before its last barrier
@@ -240,27 +333,28 @@ __device__ __forceinline__ void epilogue(const EpilogueParams& ep, const CUtenso
     } else if constexpr (kEpi == EpiKind::kStoreF32) {
         epilogue_store<T, float>(ep, map_d, acc, staging, bias_s, buf, th, x, row0, n_tile);
     } else {
+        constexpr bool kCodes = kEpi == EpiKind::kGateE4m3;
         if (ep.gate.kind == GateKind::kGptOss) {
-            epilogue_gate<T, GateKind::kGptOss, Activation::kSilu>(ep, map_d, acc, staging, bias_s, buf, th, x, row0,
-                                                                   n_tile);
+            epilogue_gate<T, GateKind::kGptOss, Activation::kSilu, kCodes>(ep, map_d, acc, staging, bias_s, buf, th, x,
+                                                                           row0, n_tile);
             return;
         }
         switch (ep.gate.activation) {
             case Activation::kSilu:
-                epilogue_gate<T, GateKind::kDefault, Activation::kSilu>(ep, map_d, acc, staging, bias_s, buf, th, x,
-                                                                        row0, n_tile);
+                epilogue_gate<T, GateKind::kDefault, Activation::kSilu, kCodes>(ep, map_d, acc, staging, bias_s, buf,
+                                                                                th, x, row0, n_tile);
                 break;
             case Activation::kGelu:
-                epilogue_gate<T, GateKind::kDefault, Activation::kGelu>(ep, map_d, acc, staging, bias_s, buf, th, x,
-                                                                        row0, n_tile);
+                epilogue_gate<T, GateKind::kDefault, Activation::kGelu, kCodes>(ep, map_d, acc, staging, bias_s, buf,
+                                                                                th, x, row0, n_tile);
                 break;
             case Activation::kGeluTanh:
-                epilogue_gate<T, GateKind::kDefault, Activation::kGeluTanh>(ep, map_d, acc, staging, bias_s, buf, th, x,
-                                                                            row0, n_tile);
+                epilogue_gate<T, GateKind::kDefault, Activation::kGeluTanh, kCodes>(ep, map_d, acc, staging, bias_s,
+                                                                                    buf, th, x, row0, n_tile);
                 break;
             case Activation::kRelu:
-                epilogue_gate<T, GateKind::kDefault, Activation::kRelu>(ep, map_d, acc, staging, bias_s, buf, th, x,
-                                                                        row0, n_tile);
+                epilogue_gate<T, GateKind::kDefault, Activation::kRelu, kCodes>(ep, map_d, acc, staging, bias_s, buf,
+                                                                                th, x, row0, n_tile);
                 break;
         }
     }

@@ -5,7 +5,9 @@
 //   mxfp4 : e2m1(q) * 2^(scale[e, n, k / 32] - 127)                        (q packed two per byte, low nibble = even k)
 //   nvfp4 : e2m1(q) * e4m3(scale[e, n, k / 16]) * global_scale[e]
 // Activations: kDynamic quantizes each (row, block_k group) of the GEMM input to e4m3 with an f32 scale amax / 448
-// (the whole row when the weights are per-tensor), kStatic divides by activation_scale[e] and clamps to +-448,
+// (the whole row when the weights are per-tensor), each value as e4m3(x * (448 / amax)) in f32 (one division per
+// group, the inverse capped at FLT_MAX; an all-zero group stays zero), kStatic divides by activation_scale[e] and
+// clamps to +-448,
 // kNone feeds them as they are (weight-only; the only scheme for FP4 weights). Quantization is then undone in f32, so
 // the products are those of an FP8 x FP8 GEMM with f32 accumulation, up to the order of the f32 sums.
 #pragma once
@@ -69,6 +71,10 @@ inline float fp4e2m1_to_f32(uint8_t code) {
     const float m = kMag[code & 7u];
     return (code & 8u) ? -m : m;
 }
+
+// The dynamic activation scale's inverse 448 / amax (amax > 0), capped at FLT_MAX so that a subnormal amax gives
+// finite codes (x * inv, never 0 * inf). Every backend and the tests' reference quantize with it.
+inline float dynamic_inverse(float amax) { return std::fmin(448.0f / amax, 3.40282347e38f); }
 
 // Round-to-nearest-even into e4m3fn, saturating at +-448 (the range transformers clamps to before its casts);
 // NaN stays NaN (0x7f with the sign).

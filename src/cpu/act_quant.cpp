@@ -13,9 +13,9 @@ void round_dynamic(const float* src, float* dst, int64_t K, int64_t group) {
         const int64_t k1 = K - k0 < group ? K : k0 + group;
         float amax = 0.0f;
         for (int64_t k = k0; k < k1; ++k) amax = std::fmax(amax, std::fabs(src[k]));
-        const float s = amax / 448.0f;
+        const float s = amax / 448.0f, inv = dynamic_inverse(amax);
         for (int64_t k = k0; k < k1; ++k)
-            dst[k] = amax == 0.0f ? src[k] : fp8e4m3_to_f32(f32_to_fp8e4m3(src[k] / s)) * s;
+            dst[k] = amax == 0.0f ? src[k] : fp8e4m3_to_f32(f32_to_fp8e4m3(src[k] * inv)) * s;
     }
 }
 

@@ -1,6 +1,7 @@
 // Activation quantization of quantized experts (moex/quant.h): the GEMM inputs rounded to e4m3 and back to f32 as an
 // FP8 x FP8 GEMM sees them. Dynamic: per row, each group of block_k values (all of K for per-tensor weights) with
-// the f32 scale amax / 448 (an all-zero group stays zero). Static: x / activation_scale[e], saturated at +-448.
+// the f32 scale amax / 448, each value as e4m3(x * (448 / amax)) (dynamic_inverse; an all-zero group stays zero).
+// Static: x / activation_scale[e], saturated at +-448.
 #pragma once
 
 #include <cstdint>
