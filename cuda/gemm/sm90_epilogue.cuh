@@ -187,8 +187,8 @@ __device__ __forceinline__ float round_to(float v) {
 // acc: kPairs (concatenated) value i at acc[4 (i / 2) + i % 2] (+ 2 for row r_lo + 8), output column 8 (i / 2) + 2q +
 // i % 2; interleaved at acc[4i] (+ 2), column 4i + q. The tile's 128 output columns are one scale group per row,
 // spread over the 4 lanes of a quad. Each row's amax over the quad, its scale amax / 448 and the codes
-// e4m3(v * (448 / amax)) are launch_act_quant's f32 operations on the same values (an all-zero group: codes 0, scale 0); the
-// codes fill one 64 x 128-byte box, the quad's first lane writes the two rows' scales.
+// e4m3(v * (448 / amax)) are launch_act_quant's f32 operations on the same values (an all-zero group: codes 0, scale
+// 0); the codes fill one 64 x 128-byte box, the quad's first lane writes the two rows' scales.
 template <bool kPairs>
 __device__ __forceinline__ void store_e4m3_group(const EpilogueParams& ep, const CUtensorMap* map_d,
                                                  const float (&acc)[128], uint8_t* staging, uint32_t& buf,
