@@ -95,7 +95,8 @@ def dequantize(w, scale_inv, quant, block_size=None, global_scale=None):
 
 def quantize_activations(x, scheme, group, static_scale=None):
     """moex/quant.h's activation quantization of rows x (R, K) (float64 values rounded to f32 first): dynamic, each
-    `group` of a row to e4m3 with the f32 scale amax / 448; static, x / scale clamped to +-448; then back in f32."""
+    `group` of a row to the e4m3 codes of x * min(448 / amax, FLT_MAX) (moex/quant.h dynamic_inverse), scaled back by
+    the f32 amax / 448; static, x / scale clamped to +-448; then back in f32."""
     x = x.float()
     if scheme == "static":
         q = (x / static_scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
@@ -104,8 +105,10 @@ def quantize_activations(x, scheme, group, static_scale=None):
     g = x.reshape(R, K // group, group)
     amax = g.abs().amax(dim=-1, keepdim=True)
     s = amax / 448.0
-    safe = torch.where(amax > 0, s, torch.ones_like(s))
-    q = (g / safe).to(torch.float8_e4m3fn)
+    # torch.full_like(...) / amax: a scalar over a tensor is computed as reciprocal times 448 (two roundings)
+    inv = torch.where(amax > 0, (torch.full_like(amax, 448.0) / amax).clamp(max=torch.finfo(torch.float32).max),
+                      torch.ones_like(amax))
+    q = (g * inv).to(torch.float8_e4m3fn)
     return torch.where(amax > 0, q.float() * s, g).reshape(R, K).double()
 
 
