@@ -243,6 +243,11 @@ TEST(Safetensors, AcceptsWhitespacePaddingEmptyTensorsNullMetadataAndAnyEntryOrd
     const SafetensorsFile f = SafetensorsFile::from_memory(img.data(), img.size());
     EXPECT_EQ(f.names(), (std::vector<std::string>{"b", "a", "c", "s"}));
     EXPECT_EQ(f.view("a").numel(), 0);
+    for (const char* name : {"a", "c"}) EXPECT_TRUE(f.view(name).is_contiguous()) << name;  // empty: contiguous
+    const std::string zeros =
+        image("{" + entry("z", "F32", "[0,0]", 0, 0) + "," + entry("w", "F32", "[2,0,3]", 0, 0) + "}");
+    const SafetensorsFile g = SafetensorsFile::from_memory(zeros.data(), zeros.size());
+    for (const char* name : {"z", "w"}) EXPECT_TRUE(g.view(name).is_contiguous() && g.view(name).nbytes() == 0) << name;
     EXPECT_EQ(f.bytes("s")[0], 'z');
     EXPECT_TRUE(f.metadata().empty());
 }

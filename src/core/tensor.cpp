@@ -70,6 +70,8 @@ int64_t TensorView::numel() const {
 }
 
 bool TensorView::is_contiguous() const {
+    for (int d = 0; d < ndim; ++d)
+        if (shape[d] == 0) return true;  // no elements: whatever the strides (libFuzzer found shape [0, 0] refused)
     int64_t expect = 1;
     for (int d = ndim - 1; d >= 0; --d) {
         if (shape[d] != 1 && strides[d] != expect) return false;
