@@ -7,6 +7,10 @@
 #include <cstring>
 #include <random>
 
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
+
 #include "moex/problem_file.h"
 #include "moex/quant.h"
 #include "src/backends/cuda_bridge.h"
@@ -555,6 +559,38 @@ TEST(QuantKernels, FusedStreamMatchesDequantizedStream) {
                     }
             }
 }
+
+#if defined(__x86_64__)
+// The AVX2 FP8 GEMV decodes e4m3 with a 2^-120 bias against A rows scaled by 2^112, or through f16 bits when a row
+// holds |a| >= 2^16 or the thread runs with DAZ (dequant_avx2.cpp): the two routes give the same bits, subnormal and
+// NaN codes included.
+TEST(QuantKernels, Avx2Fp8DecodeRoutesGiveTheSameBits) {
+    const cpu::KernelTable* avx2 = cpu::avx2_kernels();
+    if (!avx2) GTEST_SKIP() << "this CPU has no AVX2";
+    const int64_t K = 160, N = 64, M = 5, n = N - 3;
+    const QuantProblem qp(1, K, N / 2, 2, 1, Variant{}, kSchemes[0], 17);
+    auto* codes = static_cast<uint8_t*>(qp.problem().gate_up_proj.data) + N * K;                       // expert 1
+    for (int64_t i = 0; i < 40; ++i) codes[i * 97 % (N * K)] = uint8_t((i & 7) | (i & 8 ? 0x80 : 0));  // subnormals
+    codes[7 * K + 3] = 0x7f;                                                                           // a NaN row
+    const cpu::WeightMat w = cpu::unpack_problem(qp.problem()).up(1).from_row(3);
+    std::vector<float> a(size_t(M * K));
+    for (size_t i = 0; i < a.size(); ++i) a[i] = float(std::sin(0.37 * double(i)) * std::exp2(double(i % 23) - 11));
+    a[size_t(M - 1) * size_t(K) + 5] = 70000.0f;  // the last row is out of the scaled route's range
+    std::vector<const float*> rows;
+    for (int64_t r = 0; r < M; ++r) rows.push_back(a.data() + r * K);
+    std::vector<float> biased(size_t(M * n)), f16(size_t(M * n));
+    ASSERT_TRUE(avx2->stream_fused(rows.data(), M - 1, w, n, biased.data(), n));  // scaled route
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x40u);  // DAZ: the f16 route
+    const bool ok = avx2->stream_fused(rows.data(), M - 1, w, n, f16.data(), n);
+    _mm_setcsr(csr);
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(std::memcmp(biased.data(), f16.data(), size_t((M - 1) * n) * 4), 0);
+    ASSERT_TRUE(avx2->stream_fused(rows.data(), M, w, n, f16.data(), n));  // |a| >= 2^16 in the last row: f16
+    EXPECT_EQ(std::memcmp(biased.data(), f16.data(), size_t((M - 1) * n) * 4), 0);
+    EXPECT_TRUE(std::isnan(biased[4]) && std::isnan(f16[size_t(M - 1) * size_t(n) + 4]));
+}
+#endif
 
 // FP4 weights against activations that are all bf16 values take vdpbf16ps on AVX512_BF16 CPUs: codes times
 // activations summed per scale group, then scaled (stream_fused_avx512.cpp). Each output is within 1e-5 of the float64

@@ -37,7 +37,8 @@ class FloatBuffer {
 };
 
 // Per-thread scratch: `slot` 0..7 are independent buffers (0 B panels, 1 up tile, 2-3 gate epilogue, 4-5 dequantized
-// weights of quantized experts, 6 A rows as bf16 for the bf16 tile, 7 group scales of the AVX2 quantized GEMV).
+// weights of quantized experts, 6 A rows as bf16 for the bf16 tile or scaled for the AVX2 FP8 GEMV, 7 group scales of
+// the AVX2 quantized GEMV).
 float* thread_scratch(int slot, int64_t n);
 
 }  // namespace moex::cpu
