@@ -226,17 +226,22 @@ def combine(paths):
     labels = sorted({label for r in rows.values() for label in r},
                     key=lambda s: (not s.startswith("moex"), order.index(s.split()[1]) if s.split()[1] in order else 9,
                                    s))
-    print("| shape | T | " + " | ".join(labels) + " | floor µs | best moex ÷ best HF | x llama.cpp |")
+    print("| shape | T | " + " | ".join(labels) + " | floor µs | best moex ÷ best HF | best moex ÷ llama.cpp |")
     print("|---|---|" + "---|" * (len(labels) + 3))
     for (shape, T), r in rows.items():
         cells = [r.get(label, ("—", None))[0] for label in labels]
         res = [o for _, o in r.values() if o.get("kind") == "result"]
         moex = [o["us"] for o in res if o.get("impl", "moex") == "moex"]
         hf = [o["us"] for o in res if o.get("impl") == "transformers"]
+        ggml = [o for o in res if o.get("impl") == "llama.cpp"]  # measured in the run (bench/peers/ggml.sh)
         fl = next((o["floor_us"] for o in res if "floor_us" in o), None)
-        llama = next((o for o in res if "llama_layer_us" in o), None)
+        llama = next((o for o in res if "llama_layer_us" in o), None)  # else the anchor moex bench carries
         ratio = f"{min(moex) / min(hf):.2f}" if moex and hf else "—"
-        xl = f"{min(moex) / llama['llama_layer_us']:.2f} ({llama['llama_weights']})" if llama and moex else "—"
+        if ggml and moex:
+            best = min(ggml, key=lambda o: o["us"])
+            xl = f"{min(moex) / best['us']:.2f} ({best['dtype']})"
+        else:
+            xl = f"{min(moex) / llama['llama_layer_us']:.2f} ({llama['llama_weights']}, anchor)" if llama and moex else "—"
         fl_text = f"{fl:.0f}" if fl else "—"
         print(f"| {shape} | {T} | " + " | ".join(cells) + f" | {fl_text} | {ratio} | {xl} |")
     if floor:

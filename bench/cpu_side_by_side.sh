@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# moex against its CPU peers in one run (issue #15 item 5): `moex bench`, transformers' experts backends
+# (bench/hf_cpu_bench.py) and llama.cpp's experts layer (bench/peers/ggml.sh) on the same shapes, token counts and
+# threads, one after the other on a quiet machine, then one markdown table (hf_cpu_bench.py --combine).
+#
+#   bash bench/cpu_side_by_side.sh                    # bf16 (ggml: bf16 and f16 weights), qwen3 + mixtral
+#   DTYPE=f32 bash bench/cpu_side_by_side.sh          # f32 everywhere
+#   QUANT=fp8_block bash bench/cpu_side_by_side.sh    # moex FP8 experts (bf16 activations) beside ggml's q8_0
+#
+# Env: MOEX (build/moex), PY (a python with torch + transformers, default ~/.cache/moex/venv/bin/python), SHAPES,
+#      TOKENS, DTYPE (bf16 | f32), QUANT (none | fp8_block), THREADS (default nproc), OUT (folder of the JSON lines),
+#      SECONDS_PER_CASE (3). Slow peers are cut so the run stays bounded: moex's and transformers' batched_mm (one
+#      weight copy per routed pair) and transformers' eager only up to SMALL_T (64); at T > SMALL_T transformers'
+#      grouped_mm is timed on one call without a warm-up (its bf16 path takes minutes there on an AVX2 CPU).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+MOEX=${MOEX:-$ROOT/build/moex}
+PY=${PY:-$HOME/.cache/moex/venv/bin/python}
+SHAPES=${SHAPES:-qwen3-30b-a3b,mixtral-8x7b}
+TOKENS=${TOKENS:-1,8,64,512,1024}
+DTYPE=${DTYPE:-bf16}
+QUANT=${QUANT:-none}
+THREADS=${THREADS:-$(nproc)}
+SMALL_T=${SMALL_T:-64}
+CASE_S=${SECONDS_PER_CASE:-3}
+OUT=${OUT:-$(mktemp -d /tmp/moex_side_by_side.XXXXXX)}
+mkdir -p "$OUT"
+[[ -x $MOEX ]] || { echo "cpu_side_by_side: no moex program at $MOEX (set MOEX=...)" >&2; exit 1; }
+
+IFS=, read -r -a all_t <<<"$TOKENS"
+small=() large=()
+for t in "${all_t[@]}"; do if ((t <= SMALL_T)); then small+=("$t"); else large+=("$t"); fi; done
+join() { local IFS=,; echo "$*"; }
+log() { echo "cpu_side_by_side: $*" >&2; }
+
+moex_args=(bench --shapes "$SHAPES" --dtype "$DTYPE" --threads "$THREADS" --case-seconds "$CASE_S" --json)
+[[ $QUANT != none ]] && moex_args+=(--quant "$QUANT")
+# A failed case (an error, a wrong output, a time below its floor) makes moex bench exit 1 after the other cases:
+# the peers still run, and this script exits 1 at the end.
+status=0
+log "moex ($QUANT weights, $DTYPE activations); JSON lines in $OUT"
+: >"$OUT/moex.jsonl"
+if ((${#small[@]})); then
+    "$MOEX" "${moex_args[@]}" --tokens "$(join "${small[@]}")" --backends eager,batched_mm,grouped_mm \
+        >>"$OUT/moex.jsonl" || status=1
+fi
+if ((${#large[@]})); then
+    "$MOEX" "${moex_args[@]}" --tokens "$(join "${large[@]}")" --backends eager,grouped_mm >>"$OUT/moex.jsonl" ||
+        status=1
+fi
+((status == 0)) || log "moex bench reported a failed case (see $OUT/moex.jsonl)"
+
+peers=("$OUT/moex.jsonl")
+if [[ $QUANT == none ]]; then  # transformers' CPU experts take no quantized weights
+    log "transformers ($DTYPE)"
+    hf=(--shapes "$SHAPES" --dtype "$DTYPE" --threads "$THREADS" --case-seconds "$CASE_S" --json)
+    : >"$OUT/hf.jsonl"
+    if ((${#small[@]})); then
+        "$PY" "$ROOT/bench/hf_cpu_bench.py" "${hf[@]}" --tokens "$(join "${small[@]}")" \
+            --backends eager,batched_mm,grouped_mm >>"$OUT/hf.jsonl"
+    fi
+    if ((${#large[@]})); then
+        "$PY" "$ROOT/bench/hf_cpu_bench.py" "${hf[@]}" --tokens "$(join "${large[@]}")" --backends grouped_mm \
+            --warmup 0 --reps 1 >>"$OUT/hf.jsonl"
+    fi
+    peers+=("$OUT/hf.jsonl")
+fi
+
+# ggml at the nearest weight precision: bf16 -> bf16 and f16, f32 -> f32, FP8 -> q8_0 (8.5 bits per weight).
+case "$QUANT/$DTYPE" in
+    none/bf16) ggml_types=(bf16 f16) ;;
+    none/*) ggml_types=("$DTYPE") ;;
+    *) ggml_types=(q8_0) ;;
+esac
+for w in "${ggml_types[@]}"; do
+    log "llama.cpp ggml ($w weights)"
+    bash "$ROOT/bench/peers/ggml.sh" --shapes "$SHAPES" --tokens "$TOKENS" --weights "$w" --threads "$THREADS" \
+        --case-seconds "$CASE_S" --json >"$OUT/ggml-$w.jsonl"
+    peers+=("$OUT/ggml-$w.jsonl")
+done
+
+"$PY" "$ROOT/bench/hf_cpu_bench.py" --combine "${peers[@]}"
+exit "$status"
