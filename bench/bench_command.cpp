@@ -180,9 +180,20 @@ MachineFloor make_floor(const BenchArgs& a, const BenchConfig& c, std::vector<st
     return floor;
 }
 
-// Every (T, backend) case of one shape; returns how many failed (error, or NaN left in the output).
-int run_shape(const ShapePlan& plan, const BenchArgs& a, const BenchConfig& config,
-              const std::vector<const Backend*>& backends, const MachineFloor& floor, Reporter& report) {
+bool below_floor(const Row& row, const MachineFloor& floor) {
+    const Derived d = derive(row, floor);
+    return d.floor_us > 0 && d.x_floor > 0 && d.x_floor < 1;
+}
+
+// The failed cases of a run, and those faster than their floor (judged again against a second floor measurement).
+struct Outcome {
+    int failures = 0;        // an error, a wrong output
+    std::vector<Row> below;  // a time below the floor measured at the start
+};
+
+// Every (T, backend) case of one shape, into `out`.
+void run_shape(const ShapePlan& plan, const BenchArgs& a, const BenchConfig& config,
+               const std::vector<const Backend*>& backends, const MachineFloor& floor, Reporter& report, Outcome& out) {
     std::unique_ptr<CaseRunner> bench;
     try {
         bench =
@@ -190,9 +201,9 @@ int run_shape(const ShapePlan& plan, const BenchArgs& a, const BenchConfig& conf
     } catch (const std::exception& e) {  // bad_alloc, or moex::Error from a refused allocation
         report.note(fmt::format("{}: could not allocate {:.1f} GB of weights ({}); lower --max-weight-gb",
                                 plan.model.name, double(plan.set_bytes) * plan.sets * 1e-9, e.what()));
-        return 1;
+        ++out.failures;
+        return;
     }
-    int failures = 0;
     for (int64_t T : a.tokens)
         for (const Backend* b : backends) {
             Row row{.plan = &plan,
@@ -211,12 +222,35 @@ int run_shape(const ShapePlan& plan, const BenchArgs& a, const BenchConfig& conf
             } catch (const std::bad_alloc&) {
                 row.error = "out of memory";
             }
-            // A call faster than its floor means a floor term was measured too low: the run fails (issue #15).
-            const Derived d = derive(row, floor);
-            const bool below_floor = row.error.empty() && d.floor_us > 0 && d.x_floor > 0 && d.x_floor < 1;
-            failures += !row.error.empty() || !row.result.output_ok || !row.result.check_ok || below_floor;
+            out.failures += !row.error.empty() || !row.result.output_ok || !row.result.check_ok;
+            if (row.error.empty() && below_floor(row, floor)) out.below.push_back(row);
             report.row(row, floor);
         }
+}
+
+// A call faster than its floor means a floor term was measured too low (issue #15). A shared machine's bandwidth moves
+// between minutes, so the floor is measured again after the cases and each term is the better of the two; a case
+// still under it fails the run. Returns how many do.
+int judge_below_floor(const std::vector<Row>& below, const BenchArgs& a, const BenchConfig& config,
+                      const MachineFloor& first, Reporter& report) {
+    if (below.empty()) return 0;
+    std::vector<std::string> ignored;
+    MachineFloor best = make_floor(a, config, ignored);
+    if (first.read_gbps > best.read_gbps) best.read_gbps = first.read_gbps, best.read_what = first.read_what;
+    if (first.gemm_gflops > best.gemm_gflops) best.gemm_gflops = first.gemm_gflops, best.gemm_best = first.gemm_best;
+    report.note(
+        fmt::format("{} case(s) ran below the floor: measured again after the cases, read {:.1f} GB/s (at the "
+                    "start {:.1f}), GEMM {:.1f} GFLOP/s (at the start {:.1f}); each case against the better",
+                    below.size(), best.read_gbps, first.read_gbps, best.gemm_gflops, first.gemm_gflops));
+    int failures = 0;
+    for (const Row& row : below) {
+        const Derived d = derive(row, best);
+        const bool still = below_floor(row, best);
+        failures += still;
+        report.note(fmt::format("{} T={} {}: {:.1f} us against a floor of {:.1f} us (x{:.2f}){}", row.plan->model.name,
+                                row.T, row.backend, row.result.median_us, d.floor_us, d.x_floor,
+                                still ? ": STILL BELOW THE FLOOR" : ""));
+    }
     return failures;
 }
 
@@ -243,8 +277,9 @@ void run(BenchArgs a) {
         fail(ErrorCode::kUnsupported, "no selected backend can run on " + std::string(device_name(config.device)));
 
     report.table_start(config.device);
-    int failures = 0;
-    for (const auto& plan : plans) failures += run_shape(plan, a, config, backends, floor, report);
+    Outcome outcome;
+    for (const auto& plan : plans) run_shape(plan, a, config, backends, floor, report, outcome);
+    const int failures = outcome.failures + judge_below_floor(outcome.below, a, config, floor, report);
     if (failures > 0)
         fail(ErrorCode::kUnsupported,
              fmt::format("{} bench case(s) failed (see the ERROR / NaN / MISMATCH / BELOW THE FLOOR rows above)",
