@@ -172,6 +172,8 @@ Layer build_layer(const moex::shapes::ExpertsShape& s, int64_t T, const WeightSe
     l.x = ggml_new_tensor_3d(l.ctx, GGML_TYPE_F32, s.H, 1, T);
     l.ids = ggml_new_tensor_2d(l.ctx, GGML_TYPE_I32, s.k, T);
     l.weights = ggml_new_tensor_3d(l.ctx, GGML_TYPE_F32, 1, s.k, T);
+    auto* x = static_cast<float*>(l.x->data);  // the same tokens every repetition (the routing changes)
+    for (int64_t i = 0; i < ggml_nelements(l.x); ++i) x[i] = 0.01f * float(i % 97) - 0.5f;
     ggml_tensor* gate_up = ggml_mul_mat_id(l.ctx, w.up, l.x, l.ids);  // [2I, k, T]
     ggml_tensor* gate = ggml_view_3d(l.ctx, gate_up, s.I, s.k, T, gate_up->nb[1], gate_up->nb[2], 0);
     ggml_tensor* up = ggml_view_3d(l.ctx, gate_up, s.I, s.k, T, gate_up->nb[1], gate_up->nb[2], s.I * gate_up->nb[0]);
@@ -258,8 +260,6 @@ int main(int argc, char** argv) {
             double spent = 0;
             for (int r = 0; r <= o.reps; ++r) {  // r = 0 warms up
                 Layer& l = layers[size_t(r) % layers.size()];
-                auto* x = static_cast<float*>(l.x->data);
-                for (int64_t i = 0; i < ggml_nelements(l.x); ++i) x[i] = 0.01f * float(i % 97) - 0.5f;
                 const int64_t hit = route(l, T, E, s.k, gen);
                 const auto t0 = std::chrono::steady_clock::now();
                 if (ggml_graph_compute(l.graph, &plan) != GGML_STATUS_SUCCESS) die("ggml_graph_compute failed");

@@ -16,12 +16,17 @@
 namespace moex::cpu {
 namespace {
 
-// 8 e4m3 bytes -> 8 f32 times 2^-120: a sign-extended byte shifted by 20 puts the 7 value bits where an f32's low
-// exponent and top mantissa bits are (subnormals included, as f32 subnormals) and the sign at bit 31; 0x7f (NaN)
-// gets the all-ones exponent. Five integer operations, no F16C.
-inline __m256 e4m3x8(const uint8_t* p) {
+// 8 e4m3 bytes -> the bits of 8 f32 times 2^-120: a sign-extended byte shifted by 20 puts the 7 value bits where an
+// f32's low exponent and top mantissa bits are (subnormals included, as f32 subnormals) and the sign at bit 31.
+// Three integer operations; NaN codes (0x7f, 0xff) come out finite.
+inline __m256i e4m3x8_biased_bits(const uint8_t* p) {
     const __m256i t = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-    const __m256i f = _mm256_and_si256(_mm256_slli_epi32(t, 20), _mm256_set1_epi32(int32_t(0x87f00000u)));
+    return _mm256_and_si256(_mm256_slli_epi32(t, 20), _mm256_set1_epi32(int32_t(0x87f00000u)));
+}
+
+// e4m3x8_biased_bits with 0x7f (NaN) given the all-ones exponent. Five integer operations, no F16C.
+inline __m256 e4m3x8(const uint8_t* p) {
+    const __m256i f = e4m3x8_biased_bits(p);
     const __m256i nan =
         _mm256_cmpeq_epi32(_mm256_and_si256(f, _mm256_set1_epi32(0x7ff00000)), _mm256_set1_epi32(0x07f00000));
     return _mm256_castsi256_ps(_mm256_or_si256(f, _mm256_and_si256(nan, _mm256_set1_epi32(0x7f800000))));
@@ -123,16 +128,13 @@ inline void fp8x16(const uint8_t* p, __m256& lo, __m256& hi) {
     hi = _mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16(_mm_unpackhi_epi8(z, b), 1), m));
 }
 
-// 16 e4m3 codes -> 2 x 8 f32 holding the codes' values times 2^-120 (e4m3x8 without its NaN fix-up): three integer
-// operations per 8 codes and no vcvtph2ps, 1.45x fp8x16's rate on the dev EPYC (0.059-0.067 against 0.085-0.100 ns per
-// weight, one thread, L2-resident rows). e4m3 subnormals become f32 subnormals, so fused() uses it only against A rows
-// scaled by 2^112 (products a * code * 2^-8 as fp8x16 gives them, the same bits) and not under DAZ.
+// 16 e4m3 codes -> 2 x 8 f32 holding the codes' values times 2^-120 (e4m3x8_biased_bits, no NaN fix-up): three
+// integer operations per 8 codes and no vcvtph2ps, 1.45x fp8x16's rate on the dev EPYC (0.059-0.067 against 0.085-0.100
+// ns per weight, one thread, L2-resident rows). e4m3 subnormals become f32 subnormals, so fused() uses it only against
+// A rows scaled by 2^112 (products a * code * 2^-8 as fp8x16 gives them, the same bits) and not under DAZ.
 inline void fp8x16_biased(const uint8_t* p, __m256& lo, __m256& hi) {
-    const __m256i keep = _mm256_set1_epi32(int32_t(0x87f00000u));
-    const __m256i b0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-    const __m256i b1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8)));
-    lo = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(b0, 20), keep));
-    hi = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(b1, 20), keep));
+    lo = _mm256_castsi256_ps(e4m3x8_biased_bits(p));
+    hi = _mm256_castsi256_ps(e4m3x8_biased_bits(p + 8));
 }
 
 // The f16 high byte of each e2m1 code (every e2m1 value's f16 has a zero low byte; code 8 is -0).
