@@ -553,7 +553,8 @@ ExpertsImplementation implementation_of(const nb::handle& value) {
 
 std::unique_ptr<Model> from_pretrained(const std::string& path, const std::string& device, int device_index,
                                        std::optional<std::string> dtype, nb::object experts_implementation,
-                                       int num_threads, int64_t max_context, bool progress, bool dequantize) {
+                                       int num_threads, int64_t max_context, bool progress, bool dequantize,
+                                       bool decode_graph) {
     ModelOptions o;
     const auto dev = device_from_name(device);
     MOEX_REQUIRE(dev.has_value(), ErrorCode::kInvalidArgument, "unknown device `" + device + "`; valid: cpu, cuda");
@@ -569,6 +570,7 @@ std::unique_ptr<Model> from_pretrained(const std::string& path, const std::strin
     o.max_context = max_context;
     o.progress = progress;
     o.dequantize = dequantize;
+    o.decode_graph = decode_graph;
     nb::gil_scoped_release release;
     return std::make_unique<Model>(Model::from_pretrained(path, o));
 }
@@ -578,6 +580,7 @@ struct Generation {
     std::string text;
     bool stopped_on_eos = false;
     double prefill_seconds = 0, decode_seconds = 0, prefill_tokens_per_second = 0, decode_tokens_per_second = 0;
+    int64_t recorded_steps = 0;
 };
 
 Generation generate(Model& m, nb::object prompt, int64_t max_new_tokens, double temperature, int64_t top_k,
@@ -611,7 +614,8 @@ Generation generate(Model& m, nb::object prompt, int64_t max_new_tokens, double 
             r.prefill_seconds,
             r.decode_seconds,
             r.prefill_tokens_per_second(),
-            r.decode_tokens_per_second()};
+            r.decode_tokens_per_second(),
+            r.recorded_steps};
 }
 
 nb::dict config_of(const Model& m) {
@@ -730,14 +734,16 @@ NB_MODULE(_moex, m) {
         .def_ro("prefill_seconds", &Generation::prefill_seconds)
         .def_ro("decode_seconds", &Generation::decode_seconds)
         .def_ro("prefill_tokens_per_second", &Generation::prefill_tokens_per_second)
-        .def_ro("decode_tokens_per_second", &Generation::decode_tokens_per_second);
+        .def_ro("decode_tokens_per_second", &Generation::decode_tokens_per_second)
+        .def_ro("recorded_steps", &Generation::recorded_steps,
+                "decode steps replayed from a CUDA graph (Model.from_pretrained(..., decode_graph=True))");
 
     nb::class_<Model>(m, "Model",
                       "A Hugging Face MoE checkpoint loaded by moex's runtime (qwen2_moe, qwen3_moe, mixtral, "
                       "olmoe).")
         .def_static("from_pretrained", &from_pretrained, "path"_a, "device"_a = "cpu", "device_index"_a = 0,
                     "dtype"_a = nb::none(), "experts_implementation"_a = nb::none(), "num_threads"_a = 0,
-                    "max_context"_a = 0, "progress"_a = false, "dequantize"_a = false)
+                    "max_context"_a = 0, "progress"_a = false, "dequantize"_a = false, "decode_graph"_a = true)
         .def_prop_ro("config", &config_of)
         .def_prop_ro("device", [](const Model& m) { return std::string(device_name(m.device())); })
         .def_prop_ro("dtype", [](const Model& m) { return std::string(dtype_name(m.dtype())); })

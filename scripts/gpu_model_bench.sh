@@ -55,16 +55,21 @@ PY
 fi
 
 if want moex; then
-    for impl in grouped_mm batched_mm; do
-        log="$OUT/moex_generate_$impl.log"
+    # Each setting: the experts backend, then extra flags (--no-decode-graph: every op launched per token, the A/B of
+    # the recorded decode step).
+    for setting in grouped_mm batched_mm "grouped_mm --no-decode-graph"; do
+        read -r impl flags <<<"$setting"
+        log="$OUT/moex_generate_$impl${flags:+_nograph}.log"
+        # shellcheck disable=SC2086  # flags is a list of words
         if "$BUILD/moex" generate --model "$CKPT" --device cuda --random-prompt "$PROMPT" --max-new-tokens "$NEW" \
-                --ignore-eos --temperature 0 --runs 5 --experts-implementation "$impl" --verbose >"$log" 2>&1; then
+                --ignore-eos --temperature 0 --runs 5 --experts-implementation "$impl" $flags --verbose >"$log" 2>&1; then
             stats=$(grep '^prefill:' "$log" | tail -1)
             pre=$(echo "$stats" | sed -E 's/.*prefill: [0-9]+ tokens, ([0-9.]+) tokens\/s.*/\1/')
             dec=$(echo "$stats" | sed -E 's/.*decode: [0-9]+ tokens, ([0-9.]+) tokens\/s.*/\1/')
-            row "moex $impl" OK "$pre" "$dec" "$(grep -c 'experts run' "$log") backend changes"
+            graph=$(echo "$stats" | grep -Eo '[0-9]+ steps from a CUDA graph')
+            row "moex $setting" OK "$pre" "$dec" "$(grep -c 'experts run' "$log") backend changes; ${graph:-no graph}"
         else
-            row "moex $impl" FAIL - - "$(tail -2 "$log" | tr '\n' ' ' | cut -c1-160)"
+            row "moex $setting" FAIL - - "$(tail -2 "$log" | tr '\n' ' ' | cut -c1-160)"
         fi
     done
 fi

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <random>
 #include <string>
 
 #include "tests/model_ops_cuda_support.h"
@@ -132,6 +134,71 @@ TEST_P(ModelOpsCudaAttention, MatchesReferenceAndWritesTheCache) {
             wrong += !same(kgot[at], kw) + !same(vgot[at], vw);
         }
     EXPECT_EQ(wrong, 0) << c.name << ": cache values differ from history + new rows";
+}
+
+// A captured decode step reads its position from device memory: the decode kernel then derives the key range and
+// the split count itself (its grid holds the most splits) and must give the bits of the host-position launch, at
+// positions of one split and of many, with a sliding window, and with the cache written the same.
+TEST(ModelOpsCudaAttentionDevicePosition, GivesTheHostPositionsBits) {
+    MOEX_SKIP_WITHOUT_CUDA();
+    auto ops = cuda_ops();
+    const uint64_t seed = std::random_device{}();
+    RecordProperty("seed", std::to_string(seed));
+    const AttnCase cases[] = {
+        {"short", 1, 5, 4096, 32, 4, 128, 0},          {"two_chunks", 1, 100, 4096, 32, 4, 128, 0},
+        {"many_splits", 1, 3000, 4096, 32, 4, 128, 0}, {"window", 2, 700, 1024, 8, 2, 64, 256},
+        {"d256", 1, 333, 400, 4, 1, 256, 0},
+    };
+    for (DType dt : {DType::kBF16, DType::kF32})
+        for (const AttnCase& c : cases) {
+            std::mt19937_64 rng(seed);
+            const int64_t D = c.D, W = (c.nq + 2 * c.nkv) * D;
+            const Mat qkv = random_mat(c.T, W, dt, rng);
+            std::mt19937_64 cache_rng = rng;
+            const Mat kc_host = history_cache(c, dt, cache_rng), vc_host = history_cache(c, dt, cache_rng);
+            cache_rng = rng;
+            const Mat kc_dev = history_cache(c, dt, cache_rng), vc_dev = history_cache(c, dt, cache_rng);
+            const model::AttentionShape shape{c.nq, c.nkv, D, c.window, float(1.0 / std::sqrt(double(D)))};
+            const int64_t one = 1;
+            const DeviceTensor pos(DType::kI64, &one, 1, Device::kCUDA);
+            ops->upload(pos.view(), &c.pos0);
+            const Mat out_host = poisoned(c.T, c.nq * D, dt), out_dev = poisoned(c.T, c.nq * D, dt);
+            const auto run = [&](const Mat& kc, const Mat& vc, const model::Position& p, const Mat& out) {
+                ops->attention(qkv.block(0, c.nq * D), qkv.block(c.nq * D, c.nkv * D),
+                               qkv.block((c.nq + c.nkv) * D, c.nkv * D), kc.view(), vc.view(), p, shape, out.view());
+            };
+            run(kc_host, vc_host, c.pos0, out_host);
+            for (int rep = 0; rep < 2; ++rep)  // twice: the idle CTAs must leave the arrival counters right
+                run(kc_dev, vc_dev, model::Position(c.pos0, pos.view().ptr<int64_t>()), out_dev);
+            ops->synchronize();
+            const auto same_bits = [](const Mat& x, const Mat& y) {
+                const Tensor a = x.download(), b = y.download();
+                return std::memcmp(a.view().data, b.view().data, size_t(a.view().nbytes())) == 0;
+            };
+            EXPECT_TRUE(same_bits(out_host, out_dev))
+                << dtype_name(dt) << " " << c.name << ": the device position changed the output bits";
+            EXPECT_TRUE(same_bits(kc_host, kc_dev) && same_bits(vc_host, vc_dev))
+                << dtype_name(dt) << " " << c.name << ": the caches differ";
+        }
+}
+
+TEST(ModelOpsCudaAttentionDevicePosition, OtherKernelsRefuseIt) {
+    MOEX_SKIP_WITHOUT_CUDA();
+    auto rng = fresh_rng();
+    auto ops = cuda_ops();
+    const Mat qkv = random_mat(2, 3 * 32, DType::kF32, rng), kc = random_mat(8, 32, DType::kF32, rng);
+    const Mat out = poisoned(2, 32, DType::kF32);
+    const int64_t one = 1;
+    const DeviceTensor pos(DType::kI64, &one, 1, Device::kCUDA);
+    const model::AttentionShape shape{1, 1, 32, 0, 0.125f};  // head_dim 32: the generic kernel
+    try {
+        ops->attention(qkv.block(0, 32), qkv.block(32, 32), qkv.block(64, 32), kc.view(), kc.view(),
+                       model::Position(3, pos.view().ptr<int64_t>()), shape, out.view());
+        FAIL() << "no error";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+        EXPECT_NE(std::string(e.what()).find("decode kernel"), std::string::npos) << e.what();
+    }
 }
 
 TEST(ModelOpsCudaAttentionErrors, RejectsRowsPastTheCache) {

@@ -1,6 +1,6 @@
 // `moex generate [--model DIR] --prompt TEXT [--experts-implementation NAME | KEY=NAME,...] [--device cpu|cuda]
 //  [--dtype f32|bf16] [--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--dequantize]
-//  [--json]`:
+//  [--no-decode-graph] [--json]`:
 // loads a Hugging Face MoE checkpoint (default: the small model shipped in models/moex-tiny-moe), streams the
 // generated text to stdout, then prints prefill and decode tokens/s. With --json it prints one object
 // {"prompt_ids": [...], "new_ids": [...], "text": "..."} instead. Greedy when the temperature is 0.
@@ -38,7 +38,7 @@ struct GenerateArgs {
     uint64_t seed = 0;
     int threads = 0, runs = 1;
     int64_t random_prompt = 0;
-    bool json = false, verbose = false, ignore_eos = false, dequantize = false;
+    bool json = false, verbose = false, ignore_eos = false, dequantize = false, no_decode_graph = false;
 };
 
 // The shipped model: $MOEX_DEFAULT_MODEL; else the installed copy beside this program (<prefix>/bin/moex ->
@@ -79,6 +79,7 @@ void run(const GenerateArgs& a) {
     options.num_threads = resolve_threads(a.threads);
     options.max_context = a.max_context;
     options.dequantize = a.dequantize;
+    options.decode_graph = !a.no_decode_graph;
     const std::string dir = a.model.empty() ? default_model() : a.model;
     std::error_code ec;
     if (std::filesystem::is_regular_file(dir, ec))  // the library would say "no such model directory"
@@ -147,10 +148,12 @@ void run(const GenerateArgs& a) {
     } else {
         std::fputs(r.text.empty() || r.text.back() == '\n' ? "" : "\n", stdout);
     }
+    const std::string graph =
+        model.device() == Device::kCUDA ? fmt::format(", {} steps from a CUDA graph", r.recorded_steps) : "";
     const std::string stats =
-        fmt::format("prefill: {} tokens, {:.1f} tokens/s; decode: {} tokens, {:.1f} tokens/s ({}, {}, experts {})",
+        fmt::format("prefill: {} tokens, {:.1f} tokens/s; decode: {} tokens, {:.1f} tokens/s ({}, {}, experts {}{})",
                     r.prompt_ids.size(), prefill[prefill.size() / 2], r.new_ids.size(), decode[decode.size() / 2],
-                    device_name(model.device()), dtype_name(model.dtype()), model.experts_backend());
+                    device_name(model.device()), dtype_name(model.dtype()), model.experts_backend(), graph);
     std::fprintf(a.json ? stderr : stdout, "%s\n", stats.c_str());
 }
 
@@ -180,6 +183,8 @@ void add_generate_command(CLI::App& app) {
     cmd->add_flag("--dequantize", a->dequantize,
                   "Pre-quantized checkpoints: decode the routed experts into the run dtype on load (default: they "
                   "stay FP8 / FP4 and run quantized)");
+    cmd->add_flag("--no-decode-graph", a->no_decode_graph,
+                  "CUDA: launch every op of each decode step instead of replaying the step recorded as a CUDA graph");
     cmd->add_flag("--json", a->json, "Print one JSON object {prompt_ids, new_ids, text}");
     cmd->add_flag("--verbose", a->verbose, "Print the experts backend of every forward pass on stderr");
     cmd->callback([a] { run(*a); });

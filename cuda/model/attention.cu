@@ -16,6 +16,9 @@ void launch_attention(Context& ctx, const AttentionArgs& a) {
                  "attention: activations must be bf16 or f32");
     const AttentionKernel kernel = choose_attention_kernel(a);
     if (kernel == AttentionKernel::kDecode) return launch_attention_decode(ctx, a);
+    MOEX_REQUIRE(a.pos_device == nullptr, ErrorCode::kUnsupported,
+                 "attention: a position in device memory needs the decode kernel (T * num_heads / num_kv_heads <= 16, "
+                 "head_dim 64, 128 or 256, 16-byte aligned rows)");
     cudaStream_t stream = ctx.impl().stream;
     launch_kv_write({a.k, a.v, a.k_cache, a.v_cache, a.T, a.pos0, a.nkv * a.D, a.ld_k, a.ld_v, a.dtype}, stream);
     if (kernel == AttentionKernel::kFlash) return launch_attention_flash(a, stream);

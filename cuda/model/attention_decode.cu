@@ -22,18 +22,21 @@ void decode_typed(Context::Impl& s, const AttentionArgs& a) {
     p.key_end = a.pos0 + a.T;
     p.T = int32_t(a.T), p.G = int32_t(a.nq / a.nkv), p.M = p.T * p.G;
     p.scale_log2 = a.scale * 1.4426950408889634f;
+    p.pos_device = a.pos_device, p.max_len = a.max_len, p.sm_count = s.sm_count;
 
     const DecodeSplit split = choose_decode_split(p.key_end - p.key_begin, a.nkv, s.sm_count, C, decode::kMaxSplits);
     p.splits = int32_t(split.splits);
     p.keys_per_split = split.keys_per_split;
+    // The most splits choose_decode_split can give this layout: the grid of a kernel that reads its position from
+    // device memory (it derives its own split and idles the CTAs past it).
+    const int64_t most = std::min<int64_t>(decode::kMaxSplits, ceil_div(s.sm_count, a.nkv));
+    const int64_t grid_splits = a.pos_device != nullptr ? most : p.splits;
 
-    if (p.splits > 1) {
-        // Sized for the most splits choose_decode_split can give this layout (and 16 rows), so the buffer does not
-        // grow while the cache fills: later steps allocate nothing (and can be captured in a CUDA graph).
-        const int64_t most = std::min<int64_t>(decode::kMaxSplits, ceil_div(s.sm_count, a.nkv));
+    if (grid_splits > 1) {
+        // Sized for `most` splits (and 16 rows), so the buffer does not grow while the cache fills: later steps
+        // allocate nothing (and can be captured in a CUDA graph).
         const size_t cap_rows = size_t(a.nkv) * size_t(std::max<int64_t>(most, p.splits)) * decode::kMaxRows;
-        const size_t rows = size_t(a.nkv) * size_t(p.splits) * size_t(p.M);
-        const size_t o_bytes = rows * size_t(D) * sizeof(float);
+        const size_t o_bytes = cap_rows * size_t(D) * sizeof(float);  // whatever split the kernel takes
         char* part = static_cast<char*>(s.ensure(s.attn_partials, cap_rows * (size_t(D) * sizeof(float) + 8)));
         p.part_o = reinterpret_cast<float*>(part);
         p.part_ml = reinterpret_cast<float2*>(part + o_bytes);
@@ -41,7 +44,7 @@ void decode_typed(Context::Impl& s, const AttentionArgs& a) {
     }
     constexpr size_t smem = decode::smem_bytes<T, D>();
     allow_dynamic_smem(decode::attention_decode_kernel<T, D>, smem);
-    const dim3 grid(unsigned(p.splits), unsigned(a.nkv));
+    const dim3 grid(unsigned(grid_splits), unsigned(a.nkv));
     decode::attention_decode_kernel<T, D><<<grid, decode::kThreads, smem, s.stream>>>(p);
     MOEX_LAUNCH_CHECK();
 }

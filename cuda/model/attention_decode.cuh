@@ -39,6 +39,11 @@ struct DecodeParams {
     int64_t pos0, window, key_begin, key_end, keys_per_split;
     int32_t T, G, M, splits;
     float scale_log2;  // softmax scale * log2(e)
+    // A captured decode step: pos0 read from here when the kernel runs, the key range and split derived from it as
+    // the host derives them (gridDim.x is then the most splits the layout can take); max_len bounds it.
+    const int64_t* pos_device;
+    int64_t max_len;
+    int32_t sm_count;
 };
 
 template <class T, int D>
@@ -69,8 +74,19 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const __grid
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int kvh = blockIdx.y, split = blockIdx.x, M = p.M, G = p.G;
-    const int64_t kb = p.key_begin + int64_t(split) * p.keys_per_split;
-    const int64_t ke = min(kb + p.keys_per_split, p.key_end);
+    int64_t pos0 = p.pos0, key_begin = p.key_begin, key_end = p.key_end, keys_per_split = p.keys_per_split;
+    int splits = p.splits;
+    if (p.pos_device != nullptr) {
+        pos0 = *p.pos_device;
+        if (pos0 < 0 || pos0 + p.T > p.max_len) return;  // the host checked the position: never write past the cache
+        key_begin = p.window > 0 ? max(int64_t(0), pos0 - p.window + 1) : 0;
+        key_end = pos0 + p.T;
+        const DecodeSplit ds = choose_decode_split(key_end - key_begin, gridDim.y, p.sm_count, C, kMaxSplits);
+        splits = int(ds.splits), keys_per_split = ds.keys_per_split;
+        if (split >= splits) return;  // the grid has the most splits any position can take
+    }
+    const int64_t kb = key_begin + int64_t(split) * keys_per_split;
+    const int64_t ke = min(kb + keys_per_split, key_end);
     const T* Q = static_cast<const T*>(p.q);
     const T* Kn = static_cast<const T*>(p.k) + int64_t(kvh) * D;
     const T* Vn = static_cast<const T*>(p.v) + int64_t(kvh) * D;
@@ -91,9 +107,9 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const __grid
             const int j = i / VPR, e = (i % VPR) * E;
             const int64_t key = c0 + j;
             const bool valid = key < ke;
-            const bool fresh = key >= p.pos0;
-            const T* sk = !valid ? Kc : fresh ? Kn + (key - p.pos0) * p.ld_k + e : Kc + key * p.ld_cache + e;
-            const T* sv = !valid ? Vc : fresh ? Vn + (key - p.pos0) * p.ld_v + e : Vc + key * p.ld_cache + e;
+            const bool fresh = key >= pos0;
+            const T* sk = !valid ? Kc : fresh ? Kn + (key - pos0) * p.ld_k + e : Kc + key * p.ld_cache + e;
+            const T* sv = !valid ? Vc : fresh ? Vn + (key - pos0) * p.ld_v + e : Vc + key * p.ld_cache + e;
             cp_async16(ks + j * LD + e, sk, valid ? 16 : 0);
             cp_async16(vs + j * LD + e, sv, valid ? 16 : 0);
         }
@@ -123,7 +139,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const __grid
         const T* vs = ks + C * LD;
 
         // The new rows of this chunk go into the cache (this CTA is the only one that holds them).
-        const int64_t f0 = max(c0, p.pos0), f1 = min(c0 + C, ke);
+        const int64_t f0 = max(c0, pos0), f1 = min(c0 + C, ke);
         for (int64_t i = tid; i < (f1 - f0) * VPR; i += kThreads) {
             const int64_t key = f0 + i / VPR;
             const int e = int(i % VPR) * E, j = int(key - c0);
@@ -134,7 +150,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const __grid
         // Scores (base-2 logits) of every (row, key); masked keys get -inf.
         for (int i = tid; i < M * C; i += kThreads) {
             const int m = i / C, j = i % C;
-            const int64_t key = c0 + j, pos = p.pos0 + m / G;
+            const int64_t key = c0 + j, pos = pos0 + m / G;
             float s = -INFINITY;
             if (key < ke && key <= pos && (p.window == 0 || key > pos - p.window)) {
                 const float* qm = q_s + m * D;
@@ -211,7 +227,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const __grid
         const int t = m / G, h = kvh * G + m % G;
         O[int64_t(t) * p.ld_out + int64_t(h) * D + col] = from_f32<T>(v);
     };
-    if (p.splits == 1) {
+    if (splits == 1) {
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
             const int m = rg + r * kRG;
@@ -223,7 +239,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const __grid
         return;
     }
 
-    const int64_t base_row = (int64_t(kvh) * p.splits + split) * M;
+    const int64_t base_row = (int64_t(kvh) * splits + split) * M;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
         const int m = rg + r * kRG;
@@ -234,20 +250,20 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const __grid
     if (tid < M) p.part_ml[base_row + tid] = make_float2(row_m[tid], row_l[tid]);
     __threadfence();  // partials visible device-wide before the arrival is counted
     __syncthreads();
-    if (tid == 0) *last_s = atomicAdd(p.counters + kvh, 1) == p.splits - 1;
+    if (tid == 0) *last_s = atomicAdd(p.counters + kvh, 1) == splits - 1;
     __syncthreads();
     if (*last_s == 0) return;
     __threadfence();
 
     // Merge: weight of split s for row m = 2^(m_s - max_s m_s); out = sum_s w o_s / sum_s w l_s.
-    const int64_t head_rows = int64_t(kvh) * p.splits * M;
+    const int64_t head_rows = int64_t(kvh) * splits * M;
     for (int m = warp; m < M; m += kThreads / 32) {
         float mx = -INFINITY;
-        for (int s = lane; s < p.splits; s += 32) mx = fmaxf(mx, __ldcg(p.part_ml + head_rows + int64_t(s) * M + m).x);
+        for (int s = lane; s < splits; s += 32) mx = fmaxf(mx, __ldcg(p.part_ml + head_rows + int64_t(s) * M + m).x);
         mx = warp_max(mx);
         const float base = mx == -INFINITY ? 0.0f : mx;
         float l = 0.0f;
-        for (int s = lane; s < p.splits; s += 32) {
+        for (int s = lane; s < splits; s += 32) {
             const float2 ml = __ldcg(p.part_ml + head_rows + int64_t(s) * M + m);
             const float w = exp2f(ml.x - base);
             w_s[s * kMaxRows + m] = w;
@@ -265,7 +281,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const __grid
 #pragma unroll
         for (int c = 0; c < kCols; ++c) {
             float acc = 0.0f;
-            for (int s = 0; s < p.splits; ++s)
+            for (int s = 0; s < splits; ++s)
                 acc = fmaf(w_s[s * kMaxRows + m],
                            __ldcg(p.part_o + (head_rows + int64_t(s) * M + m) * D + col0 + c * CW), acc);
             store(m, col0 + c * CW, l > 0.0f ? acc / l : 0.0f);

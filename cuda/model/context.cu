@@ -1,5 +1,5 @@
-// Context: the per-Ops device state (stream, cuBLASLt, grow-only scratch, pinned host word) and the plain
-// synchronising copy to the host.
+// Context: the per-Ops device state (stream, cuBLASLt, grow-only scratch, pinned host word) and the plain copies
+// between host and device.
 #include <algorithm>
 
 #include "cuda/common/check.h"
@@ -25,6 +25,7 @@ void* Context::Impl::ensure(GrowBuffer& b, size_t bytes, bool zero_fill) {
     b = GrowBuffer{};
     CUDA_CHECK(cudaMalloc(&b.ptr, cap));
     b.capacity = cap;
+    ++epoch;
     if (zero_fill) CUDA_CHECK(cudaMemsetAsync(b.ptr, 0, cap, stream));
     return b.ptr;
 }
@@ -32,16 +33,31 @@ void* Context::Impl::ensure(GrowBuffer& b, size_t bytes, bool zero_fill) {
 Context::Context(int device, void* stream) : impl_(std::make_unique<Impl>()) {
     Impl& s = *impl_;
     s.device = device;
-    s.stream = as_stream(stream);
     CUDA_CHECK(cudaSetDevice(device));
     s.sm_count = device_state().sm_count;
+    s.stream = as_stream(stream);
+    if (s.stream == nullptr) {
+        // A blocking stream: it still orders against the legacy default stream (synchronous copies elsewhere), and
+        // unlike that stream it can be captured into a CUDA graph.
+        CUDA_CHECK(cudaStreamCreate(&s.stream));
+        s.own_stream = true;
+    }
     void* host = nullptr;
-    CUDA_CHECK(cudaMallocHost(&host, 64));
+    try {
+        CUDA_CHECK(cudaMallocHost(&host, 64));
+    } catch (...) {
+        if (s.own_stream) (void)cudaStreamDestroy(s.stream);
+        throw;
+    }
     s.host_word = static_cast<int64_t*>(host);
     try {
+        void* dev = nullptr;
+        CUDA_CHECK(cudaHostGetDevicePointer(&dev, host, 0));
+        s.host_word_device = static_cast<int64_t*>(dev);
         s.lt = lt_create(device);
     } catch (...) {
         (void)cudaFreeHost(s.host_word);
+        if (s.own_stream) (void)cudaStreamDestroy(s.stream);
         throw;
     }
 }
@@ -55,6 +71,7 @@ Context::~Context() {
          {&s.attn_partials, &s.attn_counters, &s.argmax_partials, &s.argmax_counter, &s.ids, &s.linear_f32})
         free_buffer(*b);
     if (s.host_word != nullptr) (void)cudaFreeHost(s.host_word);
+    if (s.own_stream) (void)cudaStreamDestroy(s.stream);
 }
 
 void* Context::stream() const { return impl_->stream; }
@@ -67,6 +84,11 @@ void Context::make_current() const {
 }
 
 void Context::synchronize() const { CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
+
+void copy_to_device_async(Context& ctx, void* dst, const void* src, int64_t bytes) {
+    if (bytes <= 0) return;
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice, ctx.impl().stream));
+}
 
 void copy_to_host_sync(Context& ctx, const void* src, int64_t bytes, void* host) {
     if (bytes <= 0) return;

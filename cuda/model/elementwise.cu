@@ -60,7 +60,9 @@ void launch_embed(Context& ctx, const EmbedArgs& a) {
     p.table = static_cast<const char*>(a.table);
     p.out = static_cast<char*>(a.out);
     p.T = a.T, p.row_bytes = a.H * es, p.ld_out_bytes = a.ld_out * es;
-    if (a.T <= kInlineIds) {
+    if (a.ids_device != nullptr) {
+        p.ids_dev = a.ids_device;
+    } else if (a.T <= kInlineIds) {
         std::memcpy(p.ids, a.ids, size_t(a.T) * sizeof(int32_t));
     } else {
         const size_t bytes = size_t(a.T) * sizeof(int32_t);

@@ -5,11 +5,20 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "cuda/common/align.h"
 #include "moex/activation.h"
 #include "moex/dtype.h"
+
+// The pure choice functions below run on the host and, where a kernel reads its position from device memory, on the
+// device too.
+#if defined(__CUDACC__)
+#define MOEX_HOST_DEVICE __host__ __device__
+#else
+#define MOEX_HOST_DEVICE
+#endif
 
 namespace moex::cuda::model {
 
@@ -37,9 +46,10 @@ class Context {
 
 // ---- embedding -----------------------------------------------------------------------------------------------------
 struct EmbedArgs {
-    const int32_t* ids;  // (T) HOST, each < V
-    const void* table;   // (V, H)
-    void* out;           // (T, H) row-strided
+    const int32_t* ids;         // (T) HOST, each < V; unused when ids_device is set
+    const int32_t* ids_device;  // (T) on the device, each < V (a captured decode step's token), or nullptr
+    const void* table;          // (V, H)
+    void* out;                  // (T, H) row-strided
     int64_t T, H, ld_out;
     DType dtype;
 };
@@ -82,8 +92,10 @@ struct HeadNormRopeArgs {
     const void* norm_w[2];
     int64_t norm_begin[2], norm_end[2];
     float norm_eps[2];
-    // Rotary embedding of every head, row t at position pos0 + t; rotary_dim 0 = none.
+    // Rotary embedding of every head, row t at position pos0 + t; rotary_dim 0 = none. pos_device, when set, is
+    // read by the kernel instead of pos0 (a captured decode step replays at every position).
     int64_t pos0;
+    const int64_t* pos_device;
     int32_t rotary_dim;
     float attention_scaling;
     const float* inv_freq;  // (rotary_dim / 2) HOST; copied into the launch
@@ -127,6 +139,9 @@ struct AttentionArgs {
     int64_t window;  // 0 = full causal; else keys j > pos - window
     float scale;
     DType dtype;
+    // When set, the kernel reads pos0 from device memory when it runs (a captured decode step); pos0 is then the
+    // value the host checked. Only the decode kernel takes it (kUnsupported otherwise).
+    const int64_t* pos_device = nullptr;
 };
 void launch_attention(Context& ctx, const AttentionArgs& a);
 
@@ -152,7 +167,8 @@ inline AttentionKernel choose_attention_kernel(const AttentionArgs& a) {
 struct DecodeSplit {
     int64_t splits, keys_per_split;
 };
-inline DecodeSplit choose_decode_split(int64_t keys, int64_t nkv, int64_t sm_count, int64_t chunk, int64_t max_splits) {
+MOEX_HOST_DEVICE inline DecodeSplit choose_decode_split(int64_t keys, int64_t nkv, int64_t sm_count, int64_t chunk,
+                                                        int64_t max_splits) {
     const int64_t chunks = keys > 0 ? (keys + chunk - 1) / chunk : 1;
     int64_t want = nkv > 0 ? (sm_count + nkv - 1) / nkv : 1;
     want = want < 1 ? 1 : want;
@@ -193,9 +209,37 @@ struct RouterTopkArgs {
 };
 void launch_router_topk(Context& ctx, const RouterTopkArgs& a);
 
+// ---- argmax ------------------------------------------------------------------------------------------------------
+// Index of the largest of n values (lowest index on ties; NaN never wins; 0 when every value is NaN), written to the
+// Context's pinned host word by the kernel itself, to *id when id is set, and *advance += 1 when advance is set: the
+// greedy tail of a captured decode step. No host synchronisation; last_argmax() waits for the stream and reads it.
+void launch_argmax(Context& ctx, const void* x, int64_t n, DType dtype, int32_t* id, int64_t* advance);
+int64_t last_argmax(Context& ctx);
+
 // ---- host-returning ops (they synchronise the stream) ------------------------------------------------------------
-// Index of the largest of n values (lowest index on ties; NaN never wins; 0 when every value is NaN).
-int64_t argmax_to_host(Context& ctx, const void* x, int64_t n, DType dtype);
+int64_t argmax_to_host(Context& ctx, const void* x, int64_t n, DType dtype);  // launch_argmax + last_argmax
 void copy_to_host_sync(Context& ctx, const void* src, int64_t bytes, void* host);
+// Host -> device, ordered on the stream; `src` may be reused when the call returns (pageable memory is staged).
+void copy_to_device_async(Context& ctx, void* dst, const void* src, int64_t bytes);
+
+// ---- CUDA graphs ----------------------------------------------------------------------------------------------------
+// The work `body` queues on the Context's stream, captured (thread-local mode) into a CUDA graph and instantiated
+// once, then replayed on that stream. body must not synchronise or grow the Context's scratch (run it once uncaptured
+// first); an exception in body ends the capture and propagates. current() is false once a scratch buffer the graph
+// may point into has been reallocated: record again.
+class StreamGraph {
+   public:
+    StreamGraph(Context& ctx, const std::function<void()>& body);
+    ~StreamGraph();
+    StreamGraph(const StreamGraph&) = delete;
+    StreamGraph& operator=(const StreamGraph&) = delete;
+    void replay();
+    bool current() const;
+
+   private:
+    Context& ctx_;
+    void* exec_ = nullptr;  // cudaGraphExec_t
+    uint64_t epoch_ = 0;
+};
 
 }  // namespace moex::cuda::model

@@ -77,6 +77,7 @@ void launch_head_norm_rope(Context& ctx, const HeadNormRopeArgs& a) {
     MOEX_REQUIRE(a.num_norms >= 0 && a.num_norms <= 2, ErrorCode::kInvalidArgument, "head norm: at most two ranges");
     norm::HeadNormRopeParams p{};
     p.x = a.x, p.T = a.T, p.heads = a.heads, p.D = a.head_dim, p.ld = a.ld, p.pos0 = a.pos0;
+    p.pos_device = a.pos_device;
     p.num_norms = a.num_norms, p.rotary_dim = a.rotary_dim, p.attention_scaling = a.attention_scaling;
     for (int i = 0; i < a.num_norms; ++i) {
         p.norm_w[i] = a.norm_w[i], p.norm_begin[i] = a.norm_begin[i], p.norm_end[i] = a.norm_end[i];

@@ -116,6 +116,7 @@ __global__ void __launch_bounds__(512) add_rms_norm_kernel(const __grid_constant
 struct HeadNormRopeParams {
     void* x;  // (T, heads * D) row-strided, in place
     int64_t T, heads, D, ld, pos0;
+    const int64_t* pos_device;  // when set, pos0 is read from it
     const void* norm_w[2];
     int64_t norm_begin[2], norm_end[2];
     float norm_eps[2];
@@ -134,10 +135,11 @@ __global__ void __launch_bounds__(256) head_norm_rope_kernel(const __grid_consta
     float* sn = smem + half;
     float* hv = smem + 2 * half + warp * D;
     T* X = static_cast<T*>(p.x);
+    const int64_t pos0 = p.pos_device != nullptr ? *p.pos_device : p.pos0;
     for (int64_t t = blockIdx.y; t < p.T; t += gridDim.y) {
         __syncthreads();  // the previous row's cos/sin are no longer read
         // transformers: freqs = inv_freq * pos in f32; cos/sin * attention_scaling, cast to the activation dtype.
-        const float pos = float(p.pos0 + t);
+        const float pos = float(pos0 + t);
         for (int i = threadIdx.x; i < half; i += blockDim.x) {
             float s, c;
             sincosf(pos * p.inv_freq[i], &s, &c);

@@ -1,4 +1,5 @@
-// Launchers of router.cuh: router softmax/top-k, and the argmax that returns one index to the host.
+// Launchers of router.cuh: router softmax/top-k, and the device argmax (to the host, and for captured decode steps
+// into device memory).
 #include <algorithm>
 
 #include "cuda/common/check.h"
@@ -33,26 +34,35 @@ void launch_router_topk(Context& ctx, const RouterTopkArgs& a) {
     router_typed<float>(a, s.stream, s.sm_count);
 }
 
-int64_t argmax_to_host(Context& ctx, const void* x, int64_t n, DType dtype) {
+void launch_argmax(Context& ctx, const void* x, int64_t n, DType dtype, int32_t* id, int64_t* advance) {
     MOEX_REQUIRE(n >= 1 && n < (int64_t(1) << 31), ErrorCode::kInvalidArgument, "argmax: row length out of range");
     Context::Impl& s = ctx.impl();
     const int blocks = int(std::clamp<int64_t>(ceil_div(n, router::kArgmaxThreads), 1, int64_t(s.sm_count) * 2));
-    auto* part = static_cast<char*>(s.ensure(s.argmax_partials, size_t(blocks) * 8 + 256));
+    auto* part = static_cast<char*>(s.ensure(s.argmax_partials, size_t(blocks) * 8));
     router::ArgmaxParams p{};
     p.x = x, p.n = n;
     p.part_v = reinterpret_cast<float*>(part);
     p.part_i = reinterpret_cast<int32_t*>(part + size_t(blocks) * 4);
-    p.result = reinterpret_cast<int32_t*>(part + size_t(blocks) * 8);
     p.counter = static_cast<int32_t*>(s.ensure(s.argmax_counter, sizeof(int32_t), true));
+    p.host = reinterpret_cast<int32_t*>(s.host_word_device);
+    p.id = id, p.advance = advance;
     if (dtype == DType::kBF16) {
         router::argmax_kernel<__nv_bfloat16><<<blocks, router::kArgmaxThreads, 0, s.stream>>>(p);
     } else {
         router::argmax_kernel<float><<<blocks, router::kArgmaxThreads, 0, s.stream>>>(p);
     }
     MOEX_LAUNCH_CHECK();
-    CUDA_CHECK(cudaMemcpyAsync(s.host_word, p.result, sizeof(int32_t), cudaMemcpyDeviceToHost, s.stream));
+}
+
+int64_t last_argmax(Context& ctx) {
+    Context::Impl& s = ctx.impl();
     CUDA_CHECK(cudaStreamSynchronize(s.stream));
-    return int64_t(*reinterpret_cast<const int32_t*>(s.host_word));
+    return int64_t(*reinterpret_cast<const volatile int32_t*>(s.host_word));
+}
+
+int64_t argmax_to_host(Context& ctx, const void* x, int64_t n, DType dtype) {
+    launch_argmax(ctx, x, n, dtype, nullptr, nullptr);
+    return last_argmax(ctx);
 }
 
 }  // namespace moex::cuda::model

@@ -1,5 +1,5 @@
 // Kernels of the router (softmax + top-k, one warp per token) and of the device argmax (grid-wide, the last CTA to
-// arrive reduces the per-CTA partials, so the host waits for one launch and reads back 4 bytes).
+// arrive reduces the per-CTA partials and stores the index into pinned host memory, so the host waits for one launch).
 #pragma once
 
 #include <climits>
@@ -86,7 +86,9 @@ struct ArgmaxParams {
     float* part_v;     // (gridDim.x)
     int32_t* part_i;   // (gridDim.x)
     int32_t* counter;  // (1) zero between launches
-    int32_t* result;   // (1)
+    int32_t* host;     // (1) the Context's pinned host word, through its device address
+    int32_t* id;       // (1) on the device, or nullptr
+    int64_t* advance;  // (1) on the device, += 1, or nullptr
 };
 
 __device__ __forceinline__ void block_best(float& bv, int& bi, float* sv, int* si) {
@@ -132,7 +134,10 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const __grid_con
     __syncthreads();  // sv/si are reused
     block_best(bv, bi, sv, si);
     if (threadIdx.x == 0) {
-        *p.result = bi == INT_MAX ? 0 : bi;
+        const int32_t r = bi == INT_MAX ? 0 : bi;
+        *p.host = r;
+        if (p.id != nullptr) *p.id = r;
+        if (p.advance != nullptr) *p.advance += 1;
         *p.counter = 0;  // ready for the next launch
     }
 }

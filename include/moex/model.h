@@ -53,6 +53,11 @@ struct ModelOptions {
     // format in memory and run through the backend quantized; true decodes them into the run dtype on load
     // (transformers' dequantize=True). The other quantized linears are always decoded on load.
     bool dequantize = false;
+    // CUDA: generate() records its decode step (T = 1: every layer, the router, the experts call, the lm_head and
+    // the greedy argmax) into a CUDA graph once and replays it per token, the position read from device memory;
+    // false launches every op per token (debugging, and the A/B of the graph). Backends that synchronise the host
+    // (host_synchronizes) and models whose attention the decode kernel cannot take run unrecorded either way.
+    bool decode_graph = true;
 };
 
 struct SamplingOptions {
@@ -71,6 +76,7 @@ struct GenerationResult {
     std::string text;  // decoded new tokens (when the model has a tokenizer)
     bool stopped_on_eos = false;
     double prefill_seconds = 0, decode_seconds = 0;
+    int64_t recorded_steps = 0;  // decode steps that ran as a replayed CUDA graph (ModelOptions::decode_graph)
     double prefill_tokens_per_second() const;
     double decode_tokens_per_second() const;  // tokens after the first / decode time
 };

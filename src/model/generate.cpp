@@ -1,5 +1,6 @@
 // Model::generate: prefill, then the decode loop in the decode phase (transformers' switch: on a non-CPU device every
-// grouped_mm entry runs batched_mm until the loop ends, however it ends), with streamed text and timings.
+// grouped_mm entry runs batched_mm until the loop ends, however it ends), each step recorded once and replayed on
+// CUDA (decode_step.cpp), with streamed text and timings.
 #include <algorithm>
 #include <chrono>
 
@@ -80,8 +81,14 @@ GenerationResult Model::generate(const std::vector<int32_t>& prompt_ids, const S
         const model::ExpertsImplementationState::DecodePhase decode(*m.experts);
         int32_t last = first;
         while (!stop && int64_t(r.new_ids.size()) < sampling.max_new_tokens && m.cache_length < m.max_context) {
-            m.forward_to_logits({last}, m.experts->backend());
-            last = pick();
+            const Backend& backend = m.experts->backend();
+            if (m.decode_recorded(last, backend)) {
+                ++r.recorded_steps;
+                last = greedy ? m.recorded_argmax() : pick();
+            } else {
+                m.forward_to_logits({last}, backend);
+                last = pick();
+            }
             emit(last);
         }
     }

@@ -132,7 +132,7 @@ void gated_mlp(model::Ops& ops, const TensorView& x, const DeviceTensor& gate_up
 }  // namespace
 
 // The attention half of decoder layer l: h (the normed residual) -> out (T, H), the KV cache of l extended.
-void Model::Impl::attention_block(int64_t l, const TensorView& h, int64_t pos0, const TensorView& out) {
+void Model::Impl::attention_block(int64_t l, const TensorView& h, const model::Position& pos0, const TensorView& out) {
     const ModelConfig& c = config;
     const model::LayerWeights& w = weights.layers[size_t(l)];
     model::Ops& o = *ops;
@@ -179,7 +179,7 @@ void Model::Impl::mlp_block(int64_t l, const TensorView& h, const Backend& backe
     p.down_proj = w.experts_down.view();
     p.activation = c.hidden_act;
     p.quant = w.experts_quant(weights.experts);  // resident quantized experts: codes + scales, as stored
-    if (observer) observer(l, std::string(backend.name()), T);
+    if (observer && !decode_graph.recording_now) observer(l, std::string(backend.name()), T);
     backend.run(p, out, o.experts_options());
     if (w.shared_gate_up.view().defined()) {  // qwen2_moe: out += sigmoid(gate(h)) * shared_mlp(h)
         const TensorView tmp = first_rows(s.tmp, T), gate = first_rows(s.shared_gate, T);
@@ -189,10 +189,7 @@ void Model::Impl::mlp_block(int64_t l, const TensorView& h, const Backend& backe
     }
 }
 
-// Each layer ends with one add_rms_norm: the residual add and the norm of the next layer (the final norm after the
-// last layer), so the forward pass names every fusion it relies on.
-void Model::Impl::forward_to_logits(const std::vector<int32_t>& ids, const Backend& backend) {
-    const ModelConfig& c = config;
+void Model::Impl::check_step(const std::vector<int32_t>& ids) const {
     const int64_t T = int64_t(ids.size());
     MOEX_REQUIRE(T > 0, ErrorCode::kInvalidArgument, "forward: no tokens");
     MOEX_REQUIRE(cache_length + T <= max_context, ErrorCode::kInvalidArgument,
@@ -200,19 +197,32 @@ void Model::Impl::forward_to_logits(const std::vector<int32_t>& ids, const Backe
                      " tokens, longer than the model's context of " + std::to_string(max_context) +
                      " tokens (max_context)");
     for (int32_t id : ids)
-        MOEX_REQUIRE(
-            id >= 0 && id < c.vocab_size, ErrorCode::kInvalidArgument,
-            "token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+        MOEX_REQUIRE(id >= 0 && id < config.vocab_size, ErrorCode::kInvalidArgument,
+                     "token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                         std::to_string(config.vocab_size) + ")");
+}
+
+void Model::Impl::forward_to_logits(const std::vector<int32_t>& ids, const Backend& backend) {
+    check_step(ids);
+    const int64_t T = int64_t(ids.size());
     ensure_scratch(T);
+    ops->embed(ids.data(), T, weights.embed.view(), first_rows(scratch.x, T));
+    decoder(T, cache_length, backend);
+    cache_length += T;
+}
+
+// Each layer ends with one add_rms_norm: the residual add and the norm of the next layer (the final norm after the
+// last layer), so the forward pass names every fusion it relies on.
+void Model::Impl::decoder(int64_t T, const model::Position& pos, const Backend& backend) {
+    const ModelConfig& c = config;
     model::Ops& o = *ops;
     const double eps = c.rms_norm_eps;
     const TensorView x = first_rows(scratch.x, T), h = first_rows(scratch.h, T);
     const TensorView attn_out = first_rows(scratch.tmp, T), mlp_out = first_rows(scratch.moe_out, T);
 
-    o.embed(ids.data(), T, weights.embed.view(), x);
     o.rms_norm(x, weights.layers[0].input_norm.view(), eps, h);
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-        attention_block(l, h, cache_length, attn_out);
+        attention_block(l, h, pos, attn_out);
         o.add_rms_norm(x, attn_out, x, weights.layers[size_t(l)].post_norm.view(), eps, h);
         mlp_block(l, h, backend, mlp_out);
         const bool last = l + 1 == c.num_hidden_layers;
@@ -220,7 +230,6 @@ void Model::Impl::forward_to_logits(const std::vector<int32_t>& ids, const Backe
         o.add_rms_norm(x, mlp_out, x, next_norm.view(), eps, h);
     }
     o.linear(row_block(h, T - 1, 1), weights.lm_head.view(), {}, scratch.logits.view());  // the last position only
-    cache_length += T;
 }
 
 }  // namespace moex

@@ -40,11 +40,31 @@ struct Model::Impl {
         DeviceTensor x, h, qkv, attn, tmp, router_logits, ids, weights, moe_out, gate_up, act, shared_gate, logits;
     } scratch;
 
+    // The recorded decode step (src/model/decode_step.cpp): its token and position in device memory, and the
+    // recording with what it was recorded for (a different backend or reallocated scratch records again).
+    struct DecodeGraph {
+        DeviceTensor id, pos;              // (1) int32, (1) int64 on the device
+        std::optional<int32_t> device_id;  // what id holds, when the host knows it
+        std::optional<int64_t> device_pos;
+        std::unique_ptr<model::Recording> recording;
+        const Backend* backend = nullptr;  // of the recording, or of the unrecorded warm-up step before it
+        const void* scratch = nullptr;     // scratch.x's storage at that time
+        bool recording_now = false;        // the experts observer is called per replay, not while recording
+        std::string broken;                // why recording failed on this model: it runs unrecorded from then on
+    } decode_graph;
+
     void ensure_scratch(int64_t rows);
     // Runs ids through the decoder with `backend` in the MoE layers, leaves the last position's f32 logits in
     // scratch.logits (1, vocab).
     void forward_to_logits(const std::vector<int32_t>& ids, const Backend& backend);
-    void attention_block(int64_t layer, const TensorView& h, int64_t pos0, const TensorView& out);
+    // The same for one token `last` through the recorded step (a CUDA graph), its greedy argmax left for
+    // recorded_argmax(); false (nothing run) where the step cannot be recorded (ModelOptions::decode_graph).
+    bool decode_recorded(int32_t last, const Backend& backend);
+    int32_t recorded_argmax();                               // waits for the step
+    void check_step(const std::vector<int32_t>& ids) const;  // the context and vocabulary checks of a forward
+    // From the embedded rows scratch.x (T, H) at positions pos + t to the logits of the last row.
+    void decoder(int64_t T, const model::Position& pos, const Backend& backend);
+    void attention_block(int64_t layer, const TensorView& h, const model::Position& pos, const TensorView& out);
     void mlp_block(int64_t layer, const TensorView& h, const Backend& backend, const TensorView& out);
 };
 

@@ -22,6 +22,12 @@ def test_generate_streams_and_matches_forward(shipped_model, device):
     assert m.decode(list(r.new_ids)) == r.text
     stop = m.generate("And God said,", max_new_tokens=12, stop_on_eos=False, on_token=lambda t, s: False)
     assert len(stop.new_ids) == 1
+    # On CUDA the decode step after the first is replayed from a CUDA graph, with the tokens of launched steps.
+    assert r.recorded_steps == (11 if device == "cuda" else 0)
+    plain = moex_experts.Model.from_pretrained(shipped_model, device=device, experts_implementation="grouped_mm",
+                                               decode_graph=False)
+    unrecorded = plain.generate("And God said,", max_new_tokens=12, stop_on_eos=False)
+    assert unrecorded.recorded_steps == 0 and unrecorded.new_ids == r.new_ids
 
 
 def test_experts_implementation_by_name_and_map(shipped_model):

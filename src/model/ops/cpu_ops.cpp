@@ -100,7 +100,8 @@ class CpuOps final : public Ops {
     }
     void clamp(const TensorView& x, float limit) override { cpu_ops::clamp(x, limit, threads_); }
     void qk_norm_rope(const TensorView& qk, int64_t q_heads, int64_t head_dim, const TensorView& q_norm,
-                      const TensorView& k_norm, double eps, int64_t pos0, const RopeTable& rope) override {
+                      const TensorView& k_norm, double eps, const Position& pos0, const RopeTable& rope) override {
+        host_position(pos0, "qk_norm_rope");
         cpu_ops::require_matrix(qk, "qk_norm_rope", "qk");
         const int64_t qw = q_heads * head_dim;
         MOEX_REQUIRE(head_dim > 0 && q_heads >= 0 && qw <= qk.shape[1], ErrorCode::kInvalidArgument,
@@ -109,12 +110,13 @@ class CpuOps final : public Ops {
         const TensorView q = column_block(qk, 0, qw), k = column_block(qk, qw, qk.shape[1] - qw);
         if (q_norm.defined()) cpu_ops::rms_norm(q, q_norm, eps, q, threads_);
         if (k_norm.defined()) cpu_ops::rms_norm(k, k_norm, eps, k, threads_);
-        cpu_ops::rope(qk, head_dim, pos0, rope, rope_cache_, threads_);
+        cpu_ops::rope(qk, head_dim, pos0.host, rope, rope_cache_, threads_);
     }
     void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& k_cache,
-                   const TensorView& v_cache, int64_t pos0, const AttentionShape& shape,
+                   const TensorView& v_cache, const Position& pos0, const AttentionShape& shape,
                    const TensorView& out) override {
-        cpu_ops::attention(q, k, v, k_cache, v_cache, pos0, shape, out, threads_);
+        host_position(pos0, "attention");
+        cpu_ops::attention(q, k, v, k_cache, v_cache, pos0.host, shape, out, threads_);
     }
     void gated_act(const TensorView& gate_up, Activation act, const TensorView& out) override {
         cpu_ops::gated_act(gate_up, act, out, threads_);
@@ -133,6 +135,11 @@ class CpuOps final : public Ops {
     void synchronize() override {}  // every CPU op has finished when it returns
 
    private:
+    static void host_position(const Position& p, const char* op) {
+        MOEX_REQUIRE(p.device == nullptr, ErrorCode::kUnsupported,
+                     std::string("ops.") + op + ": the CPU ops take positions from the host, not device memory");
+    }
+
     int num_threads_;  // as given (0 = all hardware threads), passed on to the experts backends
     int threads_;      // resolved
     cpu_ops::RopeCache rope_cache_;

@@ -68,7 +68,21 @@ class CudaOps final : public Ops {
         for (int64_t t = 0; t < T; ++t)
             if (ids[t] < 0 || ids[t] >= table.shape[0])
                 bad("embed", "token id " + std::to_string(ids[t]) + " out of range");
-        cm::launch_embed(ctx_, {ids, table.data, out.data, T, out.shape[1], ld, act_dtype(out.dtype, "embed")});
+        cm::launch_embed(ctx_,
+                         {ids, nullptr, table.data, out.data, T, out.shape[1], ld, act_dtype(out.dtype, "embed")});
+    }
+
+    void embed_device(const TensorView& ids, const TensorView& table, const TensorView& out) override {
+        begin();
+        const int64_t ld = rows_view(out, dev_, "embed_device", "out");
+        rows_view(table, dev_, "embed_device", "table");
+        const int64_t T = out.shape[0];
+        vector_view(ids, dev_, T, DType::kI32, "embed_device", "ids");
+        if (!table.is_contiguous() || table.dtype != out.dtype || table.shape[1] != out.shape[1])
+            bad("embed_device", "table " + table.shape_string() + " and out " + out.shape_string() + " do not match");
+        // The ids come from argmax_step or upload(), which the caller checked against the vocabulary.
+        cm::launch_embed(ctx_, {nullptr, ids.ptr<int32_t>(), table.data, out.data, T, out.shape[1], ld,
+                                act_dtype(out.dtype, "embed_device")});
     }
 
     void rms_norm(const TensorView& x, const TensorView& w, double eps, const TensorView& out) override {
@@ -120,7 +134,7 @@ class CudaOps final : public Ops {
     }
 
     void qk_norm_rope(const TensorView& qk, int64_t q_heads, int64_t head_dim, const TensorView& q_norm,
-                      const TensorView& k_norm, double eps, int64_t pos0, const RopeTable& rope) override {
+                      const TensorView& k_norm, double eps, const Position& pos0, const RopeTable& rope) override {
         begin();
         const std::string op = "qk_norm_rope";
         const int64_t ld = rows_view(qk, dev_, op, "qk");
@@ -143,15 +157,18 @@ class CudaOps final : public Ops {
             a.norm_begin[a.num_norms] = range.first, a.norm_end[a.num_norms] = range.second;
             ++a.num_norms;
         }
-        a.pos0 = pos0, a.rotary_dim = int32_t(rope.rotary_dim), a.attention_scaling = rope.attention_scaling;
+        a.pos0 = pos0.host, a.pos_device = pos0.device, a.rotary_dim = int32_t(rope.rotary_dim),
+        a.attention_scaling = rope.attention_scaling;
         a.inv_freq = rope.inv_freq.data(), a.dtype = act_dtype(qk.dtype, op);
         cm::launch_head_norm_rope(ctx_, a);
     }
 
     void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& k_cache,
-                   const TensorView& v_cache, int64_t pos0, const AttentionShape& s, const TensorView& out) override {
+                   const TensorView& v_cache, const Position& pos, const AttentionShape& s,
+                   const TensorView& out) override {
         begin();
         const std::string op = "attention";
+        const int64_t pos0 = pos.host;
         const int64_t ldq = rows_view(q, dev_, op, "q"), ldk = rows_view(k, dev_, op, "k");
         const int64_t ldv = rows_view(v, dev_, op, "v"), ldo = rows_view(out, dev_, op, "out");
         rows_view(k_cache, dev_, op, "k_cache");
@@ -169,9 +186,26 @@ class CudaOps final : public Ops {
         if (q.dtype != k.dtype || q.dtype != k_cache.dtype || q.dtype != out.dtype) bad(op, "dtypes differ");
         if (pos0 < 0 || pos0 + T > k_cache.shape[0]) bad(op, "rows [pos0, pos0 + T) exceed the KV cache");
         const float scale = s.scale > 0.0f ? s.scale : float(1.0 / std::sqrt(double(D)));
-        cm::launch_attention(ctx_,
-                             {q.data, k.data, v.data, k_cache.data, v_cache.data, out.data, ldq, ldk, ldv, ldo, T, pos0,
-                              k_cache.shape[0], nq, nkv, D, s.sliding_window, scale, act_dtype(q.dtype, op)});
+        cm::launch_attention(ctx_, {q.data,
+                                    k.data,
+                                    v.data,
+                                    k_cache.data,
+                                    v_cache.data,
+                                    out.data,
+                                    ldq,
+                                    ldk,
+                                    ldv,
+                                    ldo,
+                                    T,
+                                    pos0,
+                                    k_cache.shape[0],
+                                    nq,
+                                    nkv,
+                                    D,
+                                    s.sliding_window,
+                                    scale,
+                                    act_dtype(q.dtype, op),
+                                    pos.device});
     }
 
     void gated_act(const TensorView& gate_up, Activation act, const TensorView& out) override {
@@ -229,7 +263,44 @@ class CudaOps final : public Ops {
         ctx_.synchronize();
     }
 
+    void argmax_step(const TensorView& row, const TensorView& id, const TensorView& pos) override {
+        begin();
+        if (!row.is_contiguous() || row.device != Device::kCUDA || row.device_index != dev_ || row.numel() < 1)
+            bad("argmax_step", "logits must be a non-empty contiguous row on cuda:" + std::to_string(dev_));
+        vector_view(id, dev_, 1, DType::kI32, "argmax_step", "id");
+        vector_view(pos, dev_, 1, DType::kI64, "argmax_step", "pos");
+        cm::launch_argmax(ctx_, row.data, row.numel(), act_dtype(row.dtype, "argmax_step"), id.ptr<int32_t>(),
+                          pos.ptr<int64_t>());
+    }
+
+    int64_t last_argmax() override {
+        begin();
+        return cm::last_argmax(ctx_);
+    }
+
+    void upload(const TensorView& dst, const void* src) override {
+        begin();
+        if (!dst.defined() || !dst.is_contiguous() || dst.device != Device::kCUDA || dst.device_index != dev_)
+            bad("upload", "the destination must be a contiguous tensor on cuda:" + std::to_string(dev_));
+        cm::copy_to_device_async(ctx_, dst.data, src, dst.nbytes());
+    }
+
+    std::unique_ptr<Recording> record(const std::function<void()>& body) override {
+        begin();
+        return std::make_unique<GraphRecording>(ctx_, body);
+    }
+
    private:
+    class GraphRecording final : public Recording {
+       public:
+        GraphRecording(cm::Context& ctx, const std::function<void()>& body) : graph_(ctx, body) {}
+        void replay() override { graph_.replay(); }
+        bool current() const override { return graph_.current(); }
+
+       private:
+        cm::StreamGraph graph_;
+    };
+
     void begin() { ctx_.make_current(); }
 
     // act matters for kGatedAct only.

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -32,6 +33,23 @@ struct AttentionShape {
     float scale = 0.0f;          // softmax scale, head_dim^-0.5
 };
 
+// A forward's first position. A captured decode step reads it from device memory when it runs (device set, CUDA
+// only), so one recording serves every position; host is then the value the caller checked against the cache.
+struct Position {
+    Position(int64_t host_pos = 0, const int64_t* device_pos = nullptr) : host(host_pos), device(device_pos) {}
+    int64_t host;
+    const int64_t* device;
+};
+
+// Ops recorded once and replayed as one unit (a CUDA graph). current() is false once the ops' own scratch was
+// reallocated after the recording: record again.
+class Recording {
+   public:
+    virtual ~Recording() = default;
+    virtual void replay() = 0;
+    virtual bool current() const = 0;
+};
+
 class Ops {
    public:
     virtual ~Ops() = default;
@@ -40,6 +58,8 @@ class Ops {
 
     // out (T, H) = table[ids[t]]; ids are host int32, already checked to be < table rows.
     virtual void embed(const int32_t* ids, int64_t T, const TensorView& table, const TensorView& out) = 0;
+    // The same with ids (T) int32 in device memory (a captured decode step's token; CUDA only).
+    virtual void embed_device(const TensorView& ids, const TensorView& table, const TensorView& out);
     // out = x * rsqrt(mean(x^2) + eps) * w over each group of w.numel() consecutive elements of a row (w (D) on
     // x (T, n*D) is a per-head norm). x and out row-strided; in place allowed.
     virtual void rms_norm(const TensorView& x, const TensorView& w, double eps, const TensorView& out) = 0;
@@ -56,12 +76,12 @@ class Ops {
     // (Qwen3's per-head q/k norm), then every head of row t gets the rotary embedding at position pos0 + t.
     // One launch on CUDA.
     virtual void qk_norm_rope(const TensorView& qk, int64_t q_heads, int64_t head_dim, const TensorView& q_norm,
-                              const TensorView& k_norm, double eps, int64_t pos0, const RopeTable& rope) = 0;
+                              const TensorView& k_norm, double eps, const Position& pos0, const RopeTable& rope) = 0;
     // Writes k and v (T, nkv*D each, row-strided views into qkv) into the layer's caches (max_len, nkv*D) at rows
     // [pos0, pos0 + T), then causal grouped-query attention of q (T, nq*D, row-strided) at positions pos0 + t over
     // cache rows [0, pos0 + t]; out (T, nq*D) contiguous. Scores and softmax in f32.
     virtual void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& k_cache,
-                           const TensorView& v_cache, int64_t pos0, const AttentionShape& shape,
+                           const TensorView& v_cache, const Position& pos0, const AttentionShape& shape,
                            const TensorView& out) = 0;
     // out (T, I) = act(gate_up[:, :I]) * gate_up[:, I:] for gate_up (T, 2I).
     virtual void gated_act(const TensorView& gate_up, Activation act, const TensorView& out) = 0;
@@ -76,6 +96,18 @@ class Ops {
     virtual void logits_to_host(const TensorView& logits_row, float* host) = 0;
     virtual int64_t argmax(const TensorView& logits_row) = 0;
     virtual void synchronize() = 0;
+
+    // ---- captured decode steps (CUDA; the CPU ops refuse them) ----
+    // Greedy tail of a step, without a host sync: id (1) int32 on the device = argmax(logits_row) (as argmax()),
+    // pos (1) int64 on the device += 1. last_argmax() waits for the device and returns the id.
+    virtual void argmax_step(const TensorView& logits_row, const TensorView& id, const TensorView& pos);
+    virtual int64_t last_argmax();
+    // Host -> device copy into a device tensor, ordered with the ops; src may be reused when the call returns.
+    virtual void upload(const TensorView& dst, const void* src);
+    // Records what `body` issues (ops and experts calls on this device's stream) for replay; body must not
+    // synchronise or allocate ops scratch (run the same ops once unrecorded first). An exception in body discards
+    // the recording and propagates.
+    virtual std::unique_ptr<Recording> record(const std::function<void()>& body);
 };
 
 std::unique_ptr<Ops> make_cpu_ops(int num_threads);  // src/model/ops/cpu_ops.cpp
