@@ -53,12 +53,13 @@ ShapePlan plan_shape(const shapes::ExpertsShape& shape, const BenchConfig& confi
 struct CaseResult {
     std::string skip;  // non-empty: the backend cannot run this case (why_not), nothing was timed
     double median_us = 0, min_us = 0;
-    int reps = 0;              // timed repetitions (the warm-up itself when warmup_only)
-    bool warmup_only = false;  // the warm-up took longer than case_seconds and is the one sample
-    double e_touched = 0;      // mean distinct experts per timed repetition (CUDA: per routing set)
-    bool output_ok = true;     // no NaN left from the poisoned output
-    bool check_ok = true;      // the cross-check against another backend passed (or none was made)
-    std::string check;         // what the cross-check found; empty when none was made
+    int reps = 0;                  // timed repetitions (the warm-up itself when warmup_only)
+    bool warmup_only = false;      // the warm-up took longer than case_seconds and is the one sample
+    double e_touched = 0;          // mean distinct experts per timed repetition (CUDA: per routing set)
+    bool output_ok = true;         // no NaN left from the poisoned output
+    bool check_ok = true;          // the cross-check against another backend passed (or none was made)
+    std::string check;             // what the cross-check found; empty when none was made
+    int64_t workspace_bytes = -1;  // CUDA: peak of moex's workspace pool over one call; -1 = not measured
 };
 
 // Times the backends on one shape; owns that shape's weight sets.

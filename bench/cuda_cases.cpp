@@ -13,6 +13,7 @@
 #if MOEX_WITH_CUDA
 #include "cuda/common/memory.h"
 #include "cuda/common/timing.h"
+#include "cuda/launch.h"
 #endif
 
 namespace moex::bench {
@@ -77,6 +78,7 @@ class CudaShapeBench : public CaseRunner {
     const CaseInputs& inputs(int64_t T);
     double time_per_call(Calls& calls, int warmup, int reps) const;
     std::vector<float> output_of_set0(Calls& calls, DeviceTensor& out) const;
+    int64_t workspace_of_one_call(Calls& calls) const;
     void check(CaseResult& res, std::vector<float> got, const std::string& backend);
 
     ShapePlan plan_;
@@ -136,6 +138,21 @@ double CudaShapeBench::time_per_call(Calls& calls, int warmup, int reps) const {
 #else
     (void)calls, (void)warmup, (void)reps;
     fail(ErrorCode::kUnsupported, "this build of moex has no CUDA support");
+#endif
+}
+
+// The peak of moex's workspace pool over one plain call of set 0 (into the graph mode's scratch output, so that the
+// replays' output stays as they left it).
+int64_t CudaShapeBench::workspace_of_one_call(Calls& calls) const {
+#if MOEX_WITH_CUDA
+    device_synchronize(Device::kCUDA);
+    cuda::reset_workspace_peak();
+    calls.backend->run(calls.problems[0], calls.graph ? calls.scratch : calls.out, RunOptions{});
+    device_synchronize(Device::kCUDA);
+    return int64_t(cuda::workspace_peak_bytes());
+#else
+    (void)calls;
+    return -1;
 #endif
 }
 
@@ -214,6 +231,7 @@ CaseResult CudaShapeBench::run(const Backend& backend, int64_t T) {
     // Over all sets, which the calls rotate through evenly: the same floor for every backend at this (shape, T).
     for (int64_t t : in.touched) res.e_touched += double(t);
     res.e_touched /= double(kRoutingSets);
+    res.workspace_bytes = workspace_of_one_call(calls);
     check(res, output_of_set0(calls, out), std::string(backend.name()));
     return res;
 }

@@ -53,6 +53,7 @@ Json result_json(const Row& r, const Derived& d) {
               {"output_ok", r.result.output_ok},
               {"device", std::string(device_name(r.device))}};
     if (r.result.min_us > 0) j["min_us"] = r.result.min_us;
+    if (r.result.workspace_bytes >= 0) j["workspace_bytes"] = r.result.workspace_bytes;
     if (!r.result.check.empty()) j["check"] = r.result.check, j["check_ok"] = r.result.check_ok;
     if (d.floor_us > 0) j["floor_us"] = d.floor_us, j["x_floor"] = d.x_floor, j["below_floor"] = d.x_floor < 1;
     if (d.llama_layer_us) {
@@ -201,9 +202,10 @@ void Reporter::table_start(Device device) {
     line(
         "  check = max|Δ|/rms against the (reference): the first backend at that T; MISMATCH beyond 1e-2·rms plus two");
     line("  output roundings (|Δ| ≤ 1e-2·rms + 2^-7·|ref| in bf16); outputs are poisoned with NaN before the run.");
-    line(fmt::format("{:<18} {:>5} {:<16} {:>9} {:>8} {:>6} {:>7} {:>5} {:>5} {:>7} {:>7} {:>4}  {}", "shape", "T",
-                     "backend", "µs", "floor µs", "×floor", "TFLOP/s", "TB/s", "E_tch", "HF µs", "HF÷moex", "reps",
-                     "check"));
+    line("  ws MiB = peak of moex's device workspace pool over one call (docs/design.md gives the bound).");
+    line(fmt::format("{:<18} {:>5} {:<16} {:>9} {:>8} {:>6} {:>7} {:>5} {:>5} {:>7} {:>7} {:>8} {:>4}  {}", "shape",
+                     "T", "backend", "µs", "floor µs", "×floor", "TFLOP/s", "TB/s", "E_tch", "HF µs", "HF÷moex",
+                     "ws MiB", "reps", "check"));
 }
 
 void Reporter::row(const Row& r, const MachineFloor& floor) {
@@ -241,9 +243,12 @@ void Reporter::text_row(const Row& r, const Derived& d) {
     }
     const std::string hf = d.hf ? fmt::format("{:.0f}", d.hf->best_us) : "—";
     const std::string ratio = d.hf ? fmt::format("{:.2f}", d.hf->best_us / r.result.median_us) : "—";
-    line(fmt::format("{:<18} {:>5} {:<16} {:>9.1f} {:>8.1f} {:>6} {:>7.1f} {:>5.2f} {:>5.1f} {:>7} {:>7} {:>4}  {}",
-                     shape_label(*r.plan), r.T, backend_label(r), r.result.median_us, d.floor_us, x_floor,
-                     d.gflops * 1e-3, d.gbps * 1e-3, r.result.e_touched, hf, ratio, reps, r.result.check));
+    const std::string ws =
+        r.result.workspace_bytes >= 0 ? fmt::format("{:.1f}", double(r.result.workspace_bytes) / (1 << 20)) : "—";
+    line(fmt::format(
+        "{:<18} {:>5} {:<16} {:>9.1f} {:>8.1f} {:>6} {:>7.1f} {:>5.2f} {:>5.1f} {:>7} {:>7} {:>8} {:>4}  {}",
+        shape_label(*r.plan), r.T, backend_label(r), r.result.median_us, d.floor_us, x_floor, d.gflops * 1e-3,
+        d.gbps * 1e-3, r.result.e_touched, hf, ratio, ws, reps, r.result.check));
 }
 
 }  // namespace moex::bench

@@ -3,6 +3,7 @@
 // and throw moex::Error(kCuda). Plain C++ (no CUDA headers), so builds without CUDA can name its types.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -45,5 +46,11 @@ bool device_ready(std::string* why);
 
 // Runs one experts call with the given algorithm. kEager may synchronise the host; the others never do.
 void run_experts(const ExpertsArgs& args, Algo algo, void* stream);
+
+// The most device memory moex's workspace pool of the current device has held since the last reset
+// (cudaMemPoolAttrUsedMemHigh): around one synchronised call, that call's peak workspace. Calls recorded in a CUDA
+// graph allocate from the graph's memory instead and are not counted.
+void reset_workspace_peak();
+size_t workspace_peak_bytes();
 
 }  // namespace moex::cuda

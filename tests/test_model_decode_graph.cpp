@@ -30,12 +30,14 @@ class ModelDecodeGraph : public ::testing::Test {
         dirs_.push_back(dir);
         return dir;
     }
-    // head_dim 64: the decode attention kernel takes it (the tiny default of 8 does not).
+    // head_dim 64: the decode attention kernel takes it (the tiny default of 8 does not). qwen2_moe and olmoe derive
+    // head_dim from hidden_size / num_attention_heads, so hidden follows it.
     static TinyCheckpointOptions tiny(Architecture arch, DType dtype, int64_t head_dim = 64) {
         TinyCheckpointOptions o;
         o.arch = arch;
         o.dtype = dtype;
         o.head_dim = head_dim;
+        o.hidden = o.heads * head_dim;
         return o;
     }
     static ModelOptions on_cuda(bool graph, int64_t max_context = 0) {

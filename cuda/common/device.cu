@@ -142,6 +142,17 @@ void Workspace::allocate() {
     base_ = static_cast<char*>(p);
 }
 
+void reset_workspace_peak() {
+    unsigned long long zero = 0;
+    CUDA_CHECK(cudaMemPoolSetAttribute(device_state().pool, cudaMemPoolAttrUsedMemHigh, &zero));
+}
+
+size_t workspace_peak_bytes() {
+    unsigned long long high = 0;
+    CUDA_CHECK(cudaMemPoolGetAttribute(device_state().pool, cudaMemPoolAttrUsedMemHigh, &high));
+    return size_t(high);
+}
+
 bool pdl_enabled() {
     static const bool on = [] {
         const char* v = std::getenv("MOEX_PDL");
