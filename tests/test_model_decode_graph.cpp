@@ -3,31 +3,25 @@
 // longer prompt that regrows the scratch, a full context and a model whose attention the decode kernel cannot take;
 // the experts observer sees every replayed step. On the CPU nothing is recorded.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "moex/error.h"
 #include "moex/model.h"
+#include "tests/test_support.h"
 #include "tests/tiny_checkpoint.h"
 
 namespace moex {
 namespace {
 
-namespace fs = std::filesystem;
 using test::TinyCheckpointOptions;
 
 class ModelDecodeGraph : public ::testing::Test {
    protected:
-    std::string make(TinyCheckpointOptions o) {
-        const std::string dir =
-            (fs::temp_directory_path() / ("moex_graph_" + std::to_string(::getpid()) + "_" + std::to_string(n_++)))
-                .string();
-        fs::remove_all(dir);
+    static std::string make(const TinyCheckpointOptions& o) {
+        const std::string dir = test::temp_path("graph_checkpoint");
         test::write_tiny_checkpoint(dir, o);
-        dirs_.push_back(dir);
         return dir;
     }
     // head_dim 64: the decode attention kernel takes it (the tiny default of 8 does not). qwen2_moe and olmoe derive
@@ -59,11 +53,6 @@ class ModelDecodeGraph : public ::testing::Test {
         for (int64_t i = 0; i < n; ++i) p.push_back(int32_t((i * 37 + 11) % vocab));
         return p;
     }
-    void TearDown() override {
-        for (auto& d : dirs_) fs::remove_all(d);
-    }
-    std::vector<std::string> dirs_;
-    int n_ = 0;
 };
 
 TEST_F(ModelDecodeGraph, CudaGivesTheUnrecordedTokensOnEveryArchitecture) {

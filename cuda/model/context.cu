@@ -1,5 +1,5 @@
-// Context: the per-Ops device state (stream, cuBLASLt, grow-only scratch, pinned host word) and the plain copies
-// between host and device.
+// Context: the per-Ops device state (stream, cuBLASLt, grow-only scratch, pinned host word) and the plain
+// synchronising copy to the host.
 #include <algorithm>
 
 #include "cuda/common/check.h"
@@ -84,11 +84,6 @@ void Context::make_current() const {
 }
 
 void Context::synchronize() const { CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
-
-void copy_to_device_async(Context& ctx, void* dst, const void* src, int64_t bytes) {
-    if (bytes <= 0) return;
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyHostToDevice, ctx.impl().stream));
-}
 
 void copy_to_host_sync(Context& ctx, const void* src, int64_t bytes, void* host) {
     if (bytes <= 0) return;

@@ -219,8 +219,6 @@ int64_t last_argmax(Context& ctx);
 // ---- host-returning ops (they synchronise the stream) ------------------------------------------------------------
 int64_t argmax_to_host(Context& ctx, const void* x, int64_t n, DType dtype);  // launch_argmax + last_argmax
 void copy_to_host_sync(Context& ctx, const void* src, int64_t bytes, void* host);
-// Host -> device, ordered on the stream; `src` may be reused when the call returns (pageable memory is staged).
-void copy_to_device_async(Context& ctx, void* dst, const void* src, int64_t bytes);
 
 // ---- CUDA graphs ----------------------------------------------------------------------------------------------------
 // The work `body` queues on the Context's stream, captured (thread-local mode) into a CUDA graph and instantiated

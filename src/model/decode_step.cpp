@@ -42,8 +42,8 @@ bool Model::Impl::decode_recorded(int32_t last, const Backend& backend) {
         o.argmax_step(scratch.logits.view(), id, pos);
     };
     // A recording made before the ops' scratch was reallocated (a longer prompt's prefill) is stale: warm up again.
-    if (g.recording && !g.recording->current()) g.recording.reset(), g.backend = nullptr;
-    if (g.backend != &backend || g.scratch != scratch.x.view().data) {
+    const bool stale = g.recording && !g.recording->current();
+    if (stale || g.backend != &backend || g.scratch != scratch.x.view().data) {
         // The unrecorded first step for this backend and scratch: it runs the ops as they will be recorded and sizes
         // their scratch.
         g.recording.reset();

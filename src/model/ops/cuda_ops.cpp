@@ -186,26 +186,12 @@ class CudaOps final : public Ops {
         if (q.dtype != k.dtype || q.dtype != k_cache.dtype || q.dtype != out.dtype) bad(op, "dtypes differ");
         if (pos0 < 0 || pos0 + T > k_cache.shape[0]) bad(op, "rows [pos0, pos0 + T) exceed the KV cache");
         const float scale = s.scale > 0.0f ? s.scale : float(1.0 / std::sqrt(double(D)));
-        cm::launch_attention(ctx_, {q.data,
-                                    k.data,
-                                    v.data,
-                                    k_cache.data,
-                                    v_cache.data,
-                                    out.data,
-                                    ldq,
-                                    ldk,
-                                    ldv,
-                                    ldo,
-                                    T,
-                                    pos0,
-                                    k_cache.shape[0],
-                                    nq,
-                                    nkv,
-                                    D,
-                                    s.sliding_window,
-                                    scale,
-                                    act_dtype(q.dtype, op),
-                                    pos.device});
+        cm::AttentionArgs a{};
+        a.q = q.data, a.k = k.data, a.v = v.data, a.k_cache = k_cache.data, a.v_cache = v_cache.data, a.out = out.data;
+        a.ld_q = ldq, a.ld_k = ldk, a.ld_v = ldv, a.ld_out = ldo, a.T = T, a.pos0 = pos0, a.pos_device = pos.device;
+        a.max_len = k_cache.shape[0], a.nq = nq, a.nkv = nkv, a.D = D, a.window = s.sliding_window, a.scale = scale;
+        a.dtype = act_dtype(q.dtype, op);
+        cm::launch_attention(ctx_, a);
     }
 
     void gated_act(const TensorView& gate_up, Activation act, const TensorView& out) override {
@@ -282,7 +268,8 @@ class CudaOps final : public Ops {
         begin();
         if (!dst.defined() || !dst.is_contiguous() || dst.device != Device::kCUDA || dst.device_index != dev_)
             bad("upload", "the destination must be a contiguous tensor on cuda:" + std::to_string(dev_));
-        cm::copy_to_device_async(ctx_, dst.data, src, dst.nbytes());
+        // From pageable memory the copy is staged before the call returns, so `src` may be reused.
+        cuda::copy_async(dst.data, src, size_t(dst.nbytes()), /*to_device=*/true, ctx_.stream());
     }
 
     std::unique_ptr<Recording> record(const std::function<void()>& body) override {
