@@ -38,8 +38,8 @@ void allow_dynamic_smem(Kernel* kernel, size_t bytes) {
     if (bytes > 48 * 1024) set_smem_limit(reinterpret_cast<const void*>(kernel), bytes);
 }
 
-// Programmatic dependent launch (sm_90) for the decode chain's kernels: each is scheduled while the kernel before it
-// drains and waits in griddepcontrol.wait. MOEX_PDL=0 turns it off.
+// Programmatic dependent launch (sm_90) for the decode chain's kernels (pdl.cuh): each is scheduled while the kernel
+// before it drains and waits in griddepcontrol.wait. MOEX_PDL=0 turns it off.
 bool pdl_enabled();
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }

@@ -7,6 +7,7 @@
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
 #include "cuda/common/numeric.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/common/quant.cuh"
 #include "cuda/experts/act_quant.h"
 
@@ -17,8 +18,7 @@ constexpr int kWarps = 8;
 
 template <class T>
 __global__ void __launch_bounds__(32 * kWarps) act_quant_kernel(const __grid_constant__ ActQuantArgs a) {
-    asm volatile("griddepcontrol.wait;" ::: "memory");  // PDL (the decode chain): the previous kernel's results
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    pdl_enter();  // launched by launch_pdl (the decode chain): the previous kernel's results
     const int64_t groups = a.K / a.group;
     const int64_t item = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (item >= a.rows * groups) return;
@@ -73,18 +73,7 @@ void act_quant_typed(const ActQuantArgs& a, cudaStream_t stream) {
     const int64_t groups = a.K / a.group;
     const int64_t blocks = ceil_div(a.rows * groups, int64_t(kWarps));
     MOEX_REQUIRE(blocks < (int64_t(1) << 31), ErrorCode::kUnsupported, "activation quantization: too many rows");
-    if (!pdl_enabled()) {
-        act_quant_kernel<T><<<unsigned(blocks), 32 * kWarps, 0, stream>>>(a);
-        MOEX_LAUNCH_CHECK();
-        return;
-    }
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(unsigned(blocks)), cfg.blockDim = dim3(32 * kWarps), cfg.stream = stream;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &attr, cfg.numAttrs = 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, act_quant_kernel<T>, a));
+    launch_pdl(act_quant_kernel<T>, dim3(unsigned(blocks)), dim3(32 * kWarps), 0, stream, a);
 }
 
 // Eight values of a row at p (16-byte aligned), or zeros when !valid.

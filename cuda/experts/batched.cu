@@ -8,6 +8,7 @@
 #include "cuda/common/align.h"
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
+#include "cuda/common/pdl.cuh"
 #include "cuda/common/quant.cuh"
 #include "cuda/experts/batched.cuh"
 #include "cuda/experts/pipelines.h"
@@ -78,22 +79,8 @@ template <class T, Loop kLoop, int RT, int NT, int V, bool kQuant, bool kF8 = fa
 void launch_kernel(const ProjArgs& a, const ProjConfig& c, dim3 grid, cudaStream_t stream) {
     auto kernel = batched::batched_proj_kernel<T, kLoop, RT, NT, V, kQuant, kF8>;
     allow_dynamic_smem(kernel, c.smem);
-    if (!pdl_enabled()) {  // programmatic dependent launch hides the launch gap between the chain's kernels
-        kernel<<<grid, batched::kThreads, c.smem, stream>>>(a);
-        MOEX_LAUNCH_CHECK();
-        return;
-    }
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(batched::kThreads, 1, 1);
-    cfg.dynamicSmemBytes = c.smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
+    // Programmatic dependent launch hides the launch gap between the chain's kernels (pdl.cuh).
+    launch_pdl(kernel, grid, dim3(batched::kThreads), c.smem, stream, a);
 }
 
 // kMma: V 16-byte vectors per thread and k step (quantized codes: V = 2 for e4m3, 4 for e2m1 when K and the

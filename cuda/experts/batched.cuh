@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "cuda/common/numeric.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/quant.cuh"
 #include "cuda/experts/batched.h"
@@ -422,10 +423,6 @@ __device__ void fused_combine(const ProjArgs& a, int64_t n0, int bw) {
 // Grid: x = tiles (tiles_bound; those >= *num_tiles only arrive), y = blocks of bw logical weight rows.
 template <class T, Loop kLoop, int RT, int NT, int V, bool kQuant, bool kF8 = false>
 __global__ void __launch_bounds__(kThreads, 2) batched_proj_kernel(const __grid_constant__ ProjArgs a) {
-    // Programmatic dependent launch: this grid may start while the previous kernel finishes; wait for its results
-    // here, then let the next projection's CTAs be scheduled as ours retire (both are no-ops without PDL).
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     extern __shared__ float sacc[];
     const bool gate = a.proj == Proj::kUpGate;
     const int bw = kLoop == Loop::kMma ? 16 * RT * (8 / a.ks) : (kLoop == Loop::kVecN ? 32 * V : 64);
@@ -433,6 +430,9 @@ __global__ void __launch_bounds__(kThreads, 2) batched_proj_kernel(const __grid_
     const int mc = kLoop == Loop::kMma ? 8 * NT : 8;
     const int64_t first = int64_t(blockIdx.y) * (gate ? bw / 2 : bw);
     const RowMap map{a.R, a.R / 2, first, bw, gate, a.gate.concatenated};
+    // Programmatic dependent launch: this grid may start while the previous kernel finishes; wait for its results
+    // here, then let the next projection's CTAs be scheduled as ours retire (pdl.cuh).
+    pdl_enter();
     const int w = blockIdx.x;
     if (w < *a.num_tiles) {
         const Tile tile{a.tile_expert[w], a.tile_row0[w], a.tile_nrows[w]};

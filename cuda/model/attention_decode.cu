@@ -4,6 +4,7 @@
 
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
+#include "cuda/common/pdl.cuh"
 #include "cuda/model/attention_decode.cuh"
 #include "cuda/model/context.h"
 #include "cuda/model/internal.h"
@@ -45,8 +46,7 @@ void decode_typed(Context::Impl& s, const AttentionArgs& a) {
     constexpr size_t smem = decode::smem_bytes<T, D>();
     allow_dynamic_smem(decode::attention_decode_kernel<T, D>, smem);
     const dim3 grid(unsigned(grid_splits), unsigned(a.nkv));
-    decode::attention_decode_kernel<T, D><<<grid, decode::kThreads, smem, s.stream>>>(p);
-    MOEX_LAUNCH_CHECK();
+    launch_pdl(decode::attention_decode_kernel<T, D>, dim3(grid), dim3(decode::kThreads), smem, s.stream, p);
 }
 
 template <class T>

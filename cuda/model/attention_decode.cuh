@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/pdl.cuh"
 #include "cuda/model/async_copy.cuh"
 #include "cuda/model/model_common.cuh"
 #include "cuda/model/model_ops.h"
@@ -55,6 +56,7 @@ inline constexpr size_t smem_bytes() {
 
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const __grid_constant__ DecodeParams p) {
+    pdl_enter();  // launched by launch_pdl (cuda/common/pdl.cuh)
     constexpr int C = kChunk<D>;
     constexpr int E = kVec16<T>;           // elements per 16-byte vector
     constexpr int LD = D + E;              // padded shared row: 16-byte shifted rows keep 16-byte reads conflict-free

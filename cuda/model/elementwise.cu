@@ -5,6 +5,7 @@
 #include "cuda/common/align.h"
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
+#include "cuda/common/pdl.cuh"
 #include "cuda/model/context.h"
 #include "cuda/model/elementwise.cuh"
 
@@ -75,13 +76,12 @@ void launch_embed(Context& ctx, const EmbedArgs& a) {
         copy_unit(reinterpret_cast<intptr_t>(a.table), reinterpret_cast<intptr_t>(a.out), p.row_bytes, p.ld_out_bytes);
     const unsigned grid = rows_grid(a.T);
     if (unit == 16) {
-        embed_kernel<uint4><<<grid, kThreads, 0, s.stream>>>(p);
+        launch_pdl(embed_kernel<uint4>, dim3(grid), dim3(kThreads), 0, s.stream, p);
     } else if (unit == 4) {
-        embed_kernel<uint32_t><<<grid, kThreads, 0, s.stream>>>(p);
+        launch_pdl(embed_kernel<uint32_t>, dim3(grid), dim3(kThreads), 0, s.stream, p);
     } else {
-        embed_kernel<uint16_t><<<grid, kThreads, 0, s.stream>>>(p);
+        launch_pdl(embed_kernel<uint16_t>, dim3(grid), dim3(kThreads), 0, s.stream, p);
     }
-    MOEX_LAUNCH_CHECK();
 }
 
 void launch_eltwise(Context& ctx, const EltwiseArgs& a) {

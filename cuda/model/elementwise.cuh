@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/pdl.cuh"
 #include "cuda/model/internal.h"
 #include "cuda/model/model_common.cuh"
 
@@ -23,6 +24,7 @@ struct EmbedParams {
 // Unit: uint4, uint32_t or uint16_t, chosen so that every row start is aligned to it.
 template <class Unit>
 __global__ void __launch_bounds__(kThreads) embed_kernel(const __grid_constant__ EmbedParams p) {
+    pdl_enter();  // launched by launch_pdl (cuda/common/pdl.cuh)
     const int64_t units = p.row_bytes / int64_t(sizeof(Unit));
     for (int64_t t = blockIdx.x; t < p.T; t += gridDim.x) {
         const int64_t id = p.ids_dev != nullptr ? int64_t(p.ids_dev[t]) : int64_t(p.ids[t]);

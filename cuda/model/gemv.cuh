@@ -1,10 +1,12 @@
 // The skinny linear for decode (T <= 4 rows of x): one warp per output column n streams w[n, :] once with 16-byte
 // L1-bypassing loads, 8 in flight per lane, and dots it with the T rows of x (L1-resident), f32 accumulation, bias
 // and one rounding in the epilogue. On an H200 this is a pure weight stream: 151936 x 2048 bf16 (lm_head) is 622 MB.
+// Launched by launch_pdl (cuda/common/pdl.cuh).
 #pragma once
 
 #include <cstdint>
 
+#include "cuda/common/pdl.cuh"
 #include "cuda/model/model_common.cuh"
 
 namespace moex::cuda::model::gemv {
@@ -27,6 +29,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemv_kernel(const __gr
     const int lane = threadIdx.x & 31;
     const int64_t chunks = p.K / E;
     const int64_t warps = int64_t(gridDim.x) * (kThreads / 32);
+    pdl_enter();
     const TIn* x = static_cast<const TIn*>(p.x);
     for (int64_t n = int64_t(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5); n < p.N; n += warps) {
         const uint4* wrow = reinterpret_cast<const uint4*>(static_cast<const TIn*>(p.w) + n * p.K);

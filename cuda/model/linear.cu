@@ -159,17 +159,12 @@ void run_plan(LtState& s, const Plan& p, const LinearArgs& a, const void* bias, 
 
 template <class TIn, class TOut>
 void gemv_typed(const LinearArgs& a, cudaStream_t stream, int sm_count) {
-    gemv::GemvParams p{a.x, a.w, a.bias, a.out, a.T, a.N, a.K, a.ld_x, a.ld_out};
     constexpr int kWarps = gemv::kThreads / 32;
-    const unsigned grid = unsigned(std::min<int64_t>(ceil_div(a.N, kWarps), int64_t(sm_count) * gemv::kBlocksPerSm));
-    if (a.T == 1) {
-        gemv::gemv_kernel<TIn, TOut, 1><<<grid, gemv::kThreads, 0, stream>>>(p);
-    } else if (a.T == 2) {
-        gemv::gemv_kernel<TIn, TOut, 2><<<grid, gemv::kThreads, 0, stream>>>(p);
-    } else {
-        gemv::gemv_kernel<TIn, TOut, 4><<<grid, gemv::kThreads, 0, stream>>>(p);
-    }
-    MOEX_LAUNCH_CHECK();
+    const int64_t grid = std::min<int64_t>(ceil_div(a.N, kWarps), int64_t(sm_count) * gemv::kBlocksPerSm);
+    const gemv::GemvParams p{a.x, a.w, a.bias, a.out, a.T, a.N, a.K, a.ld_x, a.ld_out};
+    auto kernel = a.T == 1 ? gemv::gemv_kernel<TIn, TOut, 1>
+                           : (a.T == 2 ? gemv::gemv_kernel<TIn, TOut, 2> : gemv::gemv_kernel<TIn, TOut, 4>);
+    launch_pdl(kernel, dim3(unsigned(grid)), dim3(gemv::kThreads), 0, stream, p);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include "cuda/common/align.h"
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
+#include "cuda/common/pdl.cuh"
 #include "cuda/model/context.h"
 #include "cuda/model/norm_rope.cuh"
 
@@ -22,11 +23,10 @@ void rms_norm_typed(const RmsNormArgs& a, cudaStream_t stream) {
     const int64_t groups = a.width / a.group;
     const dim3 grid(unsigned(std::min<int64_t>(groups, 65535)), unsigned(std::min<int64_t>(a.T, 65535)));
     if (vec) {
-        norm::rms_norm_kernel<T, V><<<grid, threads, 0, stream>>>(a);
+        launch_pdl(norm::rms_norm_kernel<T, V>, dim3(grid), dim3(threads), 0, stream, a);
     } else {
-        norm::rms_norm_kernel<T, 1><<<grid, threads, 0, stream>>>(a);
+        launch_pdl(norm::rms_norm_kernel<T, 1>, dim3(grid), dim3(threads), 0, stream, a);
     }
-    MOEX_LAUNCH_CHECK();
 }
 
 template <class T>
@@ -40,11 +40,10 @@ void add_rms_norm_typed(const AddRmsNormArgs& a, cudaStream_t stream) {
     const int threads = int(std::clamp<int64_t>(round_up(ceil_div(a.W, per), 32), 32, 512));
     const unsigned grid = unsigned(std::min<int64_t>(a.T, 65535));
     if (vec) {
-        norm::add_rms_norm_kernel<T, V><<<grid, threads, 0, stream>>>(a);
+        launch_pdl(norm::add_rms_norm_kernel<T, V>, dim3(grid), dim3(threads), 0, stream, a);
     } else {
-        norm::add_rms_norm_kernel<T, 1><<<grid, threads, 0, stream>>>(a);
+        launch_pdl(norm::add_rms_norm_kernel<T, 1>, dim3(grid), dim3(threads), 0, stream, a);
     }
-    MOEX_LAUNCH_CHECK();
 }
 
 }  // namespace
@@ -89,12 +88,11 @@ void launch_head_norm_rope(Context& ctx, const HeadNormRopeArgs& a) {
     const dim3 grid(unsigned(ceil_div(a.heads, warps)), unsigned(std::min<int64_t>(a.T, 65535)));
     cudaStream_t stream = ctx.impl().stream;
     if (a.dtype == DType::kBF16) {
-        norm::head_norm_rope_kernel<__nv_bfloat16><<<grid, 32 * warps, smem, stream>>>(p);
+        launch_pdl(norm::head_norm_rope_kernel<__nv_bfloat16>, dim3(grid), dim3(32 * warps), smem, stream, p);
     } else {
         MOEX_REQUIRE(a.dtype == DType::kF32, ErrorCode::kUnsupported, "rope: activations must be bf16 or f32");
-        norm::head_norm_rope_kernel<float><<<grid, 32 * warps, smem, stream>>>(p);
+        launch_pdl(norm::head_norm_rope_kernel<float>, dim3(grid), dim3(32 * warps), smem, stream, p);
     }
-    MOEX_LAUNCH_CHECK();
 }
 
 }  // namespace moex::cuda::model

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/pdl.cuh"
 #include "cuda/model/model_common.cuh"
 #include "cuda/model/model_ops.h"
 
@@ -24,6 +25,7 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
 // before the weight multiplies it. V elements per thread (16-byte vectors when aligned, else 1).
 template <class T, int V>
 __global__ void __launch_bounds__(512) rms_norm_kernel(const __grid_constant__ RmsNormArgs a) {
+    pdl_enter();  // launched by launch_pdl (cuda/common/pdl.cuh)
     __shared__ float red[32];
     const T* X = static_cast<const T*>(a.x);
     const T* W = static_cast<const T*>(a.w);
@@ -68,6 +70,7 @@ __global__ void __launch_bounds__(512) rms_norm_kernel(const __grid_constant__ R
 // does with group = W. One CTA per row; each thread re-reads only the sum elements it wrote itself.
 template <class T, int V>
 __global__ void __launch_bounds__(512) add_rms_norm_kernel(const __grid_constant__ AddRmsNormArgs a) {
+    pdl_enter();  // launched by launch_pdl (cuda/common/pdl.cuh)
     __shared__ float red[32];
     const T* A = static_cast<const T*>(a.a);
     const T* B = static_cast<const T*>(a.b);
@@ -128,6 +131,7 @@ struct HeadNormRopeParams {
 // CTA = `blockDim.x / 32` heads of one row; shared memory: cos, sin (rotary_dim / 2 each), then D floats per warp.
 template <class T>
 __global__ void __launch_bounds__(256) head_norm_rope_kernel(const __grid_constant__ HeadNormRopeParams p) {
+    pdl_enter();  // launched by launch_pdl (cuda/common/pdl.cuh)
     extern __shared__ float smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const int half = p.rotary_dim / 2, D = int(p.D);

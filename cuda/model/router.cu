@@ -4,6 +4,7 @@
 
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
+#include "cuda/common/pdl.cuh"
 #include "cuda/model/context.h"
 #include "cuda/model/router.cuh"
 
@@ -15,11 +16,11 @@ void router_typed(const RouterTopkArgs& a, cudaStream_t stream, int sm_count) {
     const size_t smem = size_t(router::kWarps) * size_t(a.E + a.k) * sizeof(float);
     const unsigned grid = unsigned(std::min<int64_t>(ceil_div(a.T, router::kWarps), int64_t(sm_count) * 16));
     if (a.weights_dtype == DType::kBF16) {
-        router::router_topk_kernel<TL, __nv_bfloat16><<<grid, router::kWarps * 32, smem, stream>>>(a);
+        launch_pdl(router::router_topk_kernel<TL, __nv_bfloat16>, dim3(grid), dim3(router::kWarps * 32), smem, stream,
+                   a);
     } else {
-        router::router_topk_kernel<TL, float><<<grid, router::kWarps * 32, smem, stream>>>(a);
+        launch_pdl(router::router_topk_kernel<TL, float>, dim3(grid), dim3(router::kWarps * 32), smem, stream, a);
     }
-    MOEX_LAUNCH_CHECK();
 }
 
 }  // namespace
@@ -47,11 +48,10 @@ void launch_argmax(Context& ctx, const void* x, int64_t n, DType dtype, int32_t*
     p.host = reinterpret_cast<int32_t*>(s.host_word_device);
     p.id = id, p.advance = advance;
     if (dtype == DType::kBF16) {
-        router::argmax_kernel<__nv_bfloat16><<<blocks, router::kArgmaxThreads, 0, s.stream>>>(p);
+        launch_pdl(router::argmax_kernel<__nv_bfloat16>, dim3(blocks), dim3(router::kArgmaxThreads), 0, s.stream, p);
     } else {
-        router::argmax_kernel<float><<<blocks, router::kArgmaxThreads, 0, s.stream>>>(p);
+        launch_pdl(router::argmax_kernel<float>, dim3(blocks), dim3(router::kArgmaxThreads), 0, s.stream, p);
     }
-    MOEX_LAUNCH_CHECK();
 }
 
 int64_t last_argmax(Context& ctx) {

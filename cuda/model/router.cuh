@@ -5,6 +5,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "cuda/common/pdl.cuh"
 #include "cuda/model/model_common.cuh"
 #include "cuda/model/model_ops.h"
 
@@ -28,6 +29,7 @@ __device__ __forceinline__ void warp_best(float& bv, int& bi) {
 // Shared memory per warp: E probabilities, then k selected values.
 template <class TL, class TW>
 __global__ void __launch_bounds__(kWarps * 32) router_topk_kernel(const __grid_constant__ RouterTopkArgs a) {
+    pdl_enter();  // launched by launch_pdl (cuda/common/pdl.cuh)
     extern __shared__ float smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int E = int(a.E), k = int(a.k);
@@ -105,6 +107,7 @@ __device__ __forceinline__ void block_best(float& bv, int& bi, float* sv, int* s
 
 template <class T>
 __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const __grid_constant__ ArgmaxParams p) {
+    pdl_enter();  // launched by launch_pdl (cuda/common/pdl.cuh)
     __shared__ float sv[32];
     __shared__ int si[32];
     __shared__ bool last;

@@ -3,6 +3,7 @@
 #include "cuda/common/align.h"
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
+#include "cuda/common/pdl.cuh"
 #include "cuda/routing/routing.cuh"
 
 namespace moex::cuda {
@@ -60,8 +61,7 @@ void launch_routing(const RoutingArgs& a, cudaStream_t stream) {
                  ErrorCode::kInvalidArgument, "routing: tile_rows must equal align, or align must be 1");
     const size_t fused_smem = size_t(a.E + a.S) * sizeof(int);
     if (a.S <= kFusedMaxSlots && fused_smem <= 48 * 1024) {
-        routing::route_fused_kernel<<<1, 1024, fused_smem, stream>>>(a);
-        MOEX_LAUNCH_CHECK();
+        launch_pdl(routing::route_fused_kernel, dim3(1), dim3(1024), fused_smem, stream, a);
         return;
     }
     const int chunks = int(ceil_div(a.S, kChunkSlots));

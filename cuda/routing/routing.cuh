@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "cuda/common/numeric.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/routing/routing.h"
 
 namespace moex::cuda::routing {
@@ -122,8 +123,9 @@ __device__ void place_phase_warp(const RoutingArgs& a, int64_t s0, int64_t s1, E
 // One CTA does everything (S <= kFusedMaxSlots): count in shared memory, scan, place with warp 0.
 // Dynamic shared memory: (E + S) ints.
 __global__ void __launch_bounds__(1024) route_fused_kernel(const __grid_constant__ RoutingArgs a) {
-    // Lets a PDL-launched consumer (the decode projection) be scheduled now; it waits for our results itself.
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    // Launched by launch_pdl: wait for the ids, then let the decode projection's CTAs be scheduled (they prefetch
+    // their weights, then wait for our results themselves).
+    pdl_enter();
     extern __shared__ int smem[];
     int* hist = smem;          // (E,) counts, then cursors
     int* slot_e = smem + a.E;  // (S,) expert of each slot
