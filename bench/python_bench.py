@@ -4,18 +4,21 @@
 # moex_experts.transformers, on the routed-expert shapes of common/shapes.h; plus the same moex kernel called
 # straight through the bindings (no transformers, no torch op), so the Python layer's cost is measured.
 """Usage: python3 bench/python_bench.py [--device cuda|cpu] [--shapes NAME,...] [--tokens 1,8,64,...]
-                                     [--reps 20] [--json FILE] [--compile]
+                                     [--reps 20] [--json FILE] [--compile [--compile-by-T]] [--peers-only]
        python3 bench/python_bench.py --overhead [--device cpu|cuda] [--overhead-rounds 200]
 
 Each row: median µs of `module(hidden_states, top_k_index, top_k_weights)` of a Qwen3MoeExperts module built with
 the shape's (H, I, E) and bf16 random weights N(0, 0.02), uniform random top-k routing rotated over 8 sets (CUDA
 events on CUDA, wall clock on the CPU), outputs checked against moex grouped_mm. `direct_<name>` is moex's kernel
 through moex_experts._moex with nothing else (no transformers, no torch op, no output allocation): the difference to
-moex_<name> is the Python layer; `moex bench` in the same call gives the C++ time.
+moex_<name> is the Python layer; `moex bench` in the same call gives the C++ time. --peers-only: transformers' rows
+alone (outputs then checked against its grouped_mm; the moex package need not be installed).
 transformers' batched_mm copies every routed expert's weights and is skipped past --max-batched-gb of copies.
 --compile adds `<impl>+compile` rows: torch.compile(module, fullgraph=True) of transformers' grouped_mm and
 batched_mm and of "moex", in the seed's modes (grouped_mm: default and max-autotune-no-cudagraphs; batched_mm and
-moex: default and reduce-overhead; on the CPU the default mode only). Compilation is not timed.
+moex: default and reduce-overhead; on the CPU the default mode only). Compilation is not timed. --compile-by-T: the
+issue #12 table's modes instead: max-autotune-no-cudagraphs for grouped_mm at T >= 4096, reduce-overhead for
+grouped_mm and batched_mm at T <= 64, none in between.
 --overhead measures the Python layer alone instead, at T = 1 on a tiny shape (H 64, I 32, E 8, k 2, float32, one
 process): the thread CPU time of `module(x, ids, w)` with moex_batched_mm, with a no-op implementation registered
 in ExpertsInterface (transformers' own dispatch: nn.Module call, decorator, interface lookup) and of the direct
@@ -38,9 +41,12 @@ import transformers
 from transformers import Qwen3MoeConfig
 from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
 
-import moex_experts
-import moex_experts.transformers as moex_hf
-from moex_experts import _moex
+try:  # --peers-only runs transformers' backends without the moex package (bench/cuda_side_by_side.sh)
+    import moex_experts
+    import moex_experts.transformers as moex_hf
+    from moex_experts import _moex
+except ImportError:
+    moex_experts = moex_hf = _moex = None
 
 SHAPES_H = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common", "shapes.h")
 
@@ -114,13 +120,14 @@ def bench_shape(args, name, H, I, E, k, rows):
         for p in module.parameters():
             p.normal_(0, 0.02)
     run = timer(device, args.reps, args.warmup)
-    impls = ["grouped_mm", "batched_mm", "eager"] + moex_hf.registered_names()
+    moex = not args.peers_only
+    impls = ["grouped_mm", "batched_mm", "eager"] + (moex_hf.registered_names() if moex else [])
     impls = [i for i in impls if i not in ("moex_deepgemm_megamoe",)]
     for T in args.tokens:
         x = torch.randn(T, H, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16).to(device)
         sets = routing_sets(T, E, k, device)
         with torch.inference_mode():
-            module.config._experts_implementation = "moex_grouped_mm"
+            module.config._experts_implementation = "moex_grouped_mm" if moex else "grouped_mm"
             ref = module(x, *sets[0])
             for impl in impls:
                 row = dict(shape=name, T=T, impl=impl, device=device)
@@ -138,7 +145,8 @@ def bench_shape(args, name, H, I, E, k, rows):
                     except (NotImplementedError, RuntimeError, ValueError) as e:
                         row["skip"] = skip_text(e)
                 emit(args, rows, row)
-            direct(args, module, x, sets, name, T, rows, run)
+            if moex:
+                direct(args, module, x, sets, name, T, rows, run)
             if device == "cuda" and T <= 64:
                 graphs(args, module, x, sets, name, T, rows, run)
             if args.compile:
@@ -161,7 +169,8 @@ def direct(args, module, x, sets, name, T, rows, run):
 
 def graphs(args, module, x, sets, name, T, rows, run):
     """Eight calls (one per routing set) captured in one CUDA graph, replay time / 8."""
-    for impl in ("batched_mm", "grouped_mm", "moex_batched_mm", "moex_grouped_mm", "moex"):
+    impls = ("batched_mm", "grouped_mm") + (() if args.peers_only else ("moex_batched_mm", "moex_grouped_mm", "moex"))
+    for impl in impls:
         module.config._experts_implementation = impl
         try:
             for ids, w in sets:  # warm-up outside capture (lazy initialisation)
@@ -183,10 +192,24 @@ COMPILE_MODES = {"grouped_mm": (None, "max-autotune-no-cudagraphs"), "batched_mm
 MODE_TAGS = {None: "compile", "max-autotune-no-cudagraphs": "autotune", "reduce-overhead": "compile-ro"}
 
 
+def compile_modes(args, T):
+    """{implementation: modes} to compile at T: the seed's table, or with --compile-by-T issue #12's (CUDA)."""
+    if args.compile_by_t and args.device == "cuda":
+        if T >= 4096:
+            return {"grouped_mm": ("max-autotune-no-cudagraphs",)}
+        if T <= 64:
+            return {"grouped_mm": ("reduce-overhead",), "batched_mm": ("reduce-overhead",)}
+        return {}
+    modes = dict(COMPILE_MODES)
+    if args.peers_only:
+        modes.pop("moex")
+    return modes
+
+
 def compiled(args, module, x, sets, name, T, k, H, I, rows, run):
     """torch.compile(module, fullgraph=True) per implementation and mode; the routing sets share one shape, so one
     compilation serves all eight."""
-    for impl, modes in COMPILE_MODES.items():
+    for impl, modes in compile_modes(args, T).items():
         for mode in modes if args.device == "cuda" else (None,):
             row = dict(shape=name, T=T, impl=f"{impl}+{MODE_TAGS[mode]}", device=args.device)
             too_big = batched_copies_skip(args, T, k, H, I) if impl == "batched_mm" else None
@@ -307,16 +330,23 @@ def main():
     ap.add_argument("--max-batched-gb", type=float, default=20.0)
     ap.add_argument("--json", help="append JSON lines to this file")
     ap.add_argument("--compile", action="store_true", help="add torch.compile rows (see above)")
+    ap.add_argument("--compile-by-T", dest="compile_by_t", action="store_true",
+                    help="with --compile: issue #12's modes per T (see above)")
+    ap.add_argument("--peers-only", action="store_true", help="transformers' backends only (no moex package needed)")
     ap.add_argument("--overhead", action="store_true", help="measure the Python layer alone (see above)")
     ap.add_argument("--overhead-rounds", type=int, default=200)
     args = ap.parse_args()
+    if moex_experts is None and not args.peers_only:
+        ap.error("the moex_experts package is not importable: install it (pip install .) or pass --peers-only")
+    if args.peers_only and args.overhead:
+        ap.error("--overhead measures moex's Python layer: it does not go with --peers-only")
     args.tokens = [int(t) for t in (args.tokens or ("1,8,64,512,4096,16384" if args.device == "cuda"
                                                    else "1,8,64,512,1024")).split(",")]
     transformers.logging.set_verbosity_error()
     wanted = set(args.shapes.split(",")) if args.shapes else None
     print(json.dumps(dict(kind="machine", device=torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
                           torch=torch.__version__, transformers=transformers.__version__,
-                          moex_backends=moex_hf.registered_names())), flush=True)
+                          moex_backends=moex_hf.registered_names() if not args.peers_only else [])), flush=True)
     if args.overhead:
         return overhead(args)
     rows = []
