@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The tree's written rules, checked: clang-format (the repository's .clang-format) over every C++/CUDA source, the
-# scripts through shellcheck, and the layering of includes (what each folder may include; docs/design.md).
+# scripts through shellcheck, the layering of includes (what each folder may include; docs/design.md), and that every
+# kernel launched through launch_pdl calls pdl_enter first (scripts/check_pdl.py).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 fail=0
@@ -34,5 +35,6 @@ forbid tools '^(src|tests)/|^cuda/(experts|gemm|routing|model)/' "the programs u
 forbid bench '^tests/|^src/([^c]|c[^p]|cp[^u]|cpu/[^g])' "bench/ is white-box for src/cpu/gemm.h only"
 outside_io=$(git ls-files src | grep -v '^src/io/' | grep -E '\.(cpp|h)$' | xargs grep -l '"src/io/safetensors_header.h"' || true)
 [[ -z $outside_io ]] || { echo "check_style: src/io/safetensors_header.h is internal to src/io: $outside_io"; fail=1; }
-((fail == 0)) && echo "check_style: format, shellcheck and include layering OK"
+python3 scripts/check_pdl.py || fail=1  # every kernel launched with PDL waits first (cuda/common/pdl.cuh)
+((fail == 0)) && echo "check_style: format, shellcheck, include layering and the PDL rule OK"
 exit $fail

@@ -6,7 +6,7 @@
 //   - Before pdl_enter a kernel writes nothing to global memory and reads only what is constant during the chain
 //     (weights) or what a kernel at least two launches back wrote (the CTAs of kernel n + 1 start only after every CTA
 //     of kernel n has passed its own wait, that is after kernel n - 1 completed).
-//   - A kernel without pdl_enter must not be launched by launch_pdl.
+//   - A kernel without pdl_enter must not be launched by launch_pdl (scripts/check_pdl.py checks it in CI).
 // What it saves is the launch gap and the CTA start-up between the chain's kernels (the decode step on the 4-layer
 // qwen3 bench checkpoint: 1,944 -> 1,984 tokens/s, bench/RESULTS.md H6). Asking L2 for the next kernel's weights
 // before the wait (cp.async.bulk.prefetch) was measured and dropped: it took HBM bandwidth from the kernel still
