@@ -54,9 +54,9 @@ def main():
     for name in args.shapes.split(","):
         H, I, E, k = shapes[name]
         cfg = Qwen3MoeConfig(hidden_size=H, moe_intermediate_size=I, num_experts=E, num_experts_per_tok=k)
-        with torch.device("meta"):
-            module = Qwen3MoeExperts(cfg)
-        module = module.to_empty(device="cuda").to(torch.bfloat16).eval()
+        with torch.device("meta"):  # no host copy of the weights; bf16 on the card directly
+            module = Qwen3MoeExperts(cfg).to(torch.bfloat16)
+        module = module.to_empty(device="cuda").eval()
         with torch.no_grad():
             for p in module.parameters():
                 p.normal_(0, 0.02)

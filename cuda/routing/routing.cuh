@@ -123,8 +123,8 @@ __device__ void place_phase_warp(const RoutingArgs& a, int64_t s0, int64_t s1, E
 // One CTA does everything (S <= kFusedMaxSlots): count in shared memory, scan, place with warp 0.
 // Dynamic shared memory: (E + S) ints.
 __global__ void __launch_bounds__(1024) route_fused_kernel(const __grid_constant__ RoutingArgs a) {
-    // Launched by launch_pdl: wait for the ids, then let the decode projection's CTAs be scheduled (they prefetch
-    // their weights, then wait for our results themselves).
+    // Launched by launch_pdl: wait for the ids, then let the decode projection's CTAs be scheduled (they wait for our
+    // results themselves).
     pdl_enter();
     extern __shared__ int smem[];
     int* hist = smem;          // (E,) counts, then cursors
