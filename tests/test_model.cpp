@@ -2,11 +2,9 @@
 // megamoe guard), which backend runs in each generation phase (the decode switch), agreement of every backend's
 // logits, sampling, and the errors of bad input.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 
 #include "moex/backend.h"
 #include "moex/error.h"
@@ -17,19 +15,14 @@
 namespace moex {
 namespace {
 
-namespace fs = std::filesystem;
 using test::TinyCheckpointOptions;
 
-// A fresh checkpoint folder per test, removed afterwards.
+// A fresh checkpoint folder per call, removed when the test program exits.
 class ModelApi : public ::testing::Test {
    protected:
-    std::string make(TinyCheckpointOptions o) {
-        const std::string dir = (fs::temp_directory_path() /
-                                 ("moex_model_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++)))
-                                    .string();
-        fs::remove_all(dir);
+    static std::string make(TinyCheckpointOptions o) {
+        const std::string dir = test::temp_path("model_checkpoint");  // removed when the test program exits
         test::write_tiny_checkpoint(dir, o);
-        dirs_.push_back(dir);
         return dir;
     }
     static TinyCheckpointOptions qwen3() {
@@ -45,11 +38,6 @@ class ModelApi : public ::testing::Test {
         m.experts_implementation = std::move(impl);
         return m;
     }
-    void TearDown() override {
-        for (auto& d : dirs_) fs::remove_all(d);
-    }
-    std::vector<std::string> dirs_;
-    int counter_ = 0;
 };
 
 // A CPU backend that counts its calls and delegates to grouped_mm.
