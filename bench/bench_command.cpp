@@ -1,5 +1,6 @@
-// `moex bench`: backends × shapes × token counts on the CPU (floor terms measured first; llama.cpp's MUL_MAT_ID for
-// the qwen3 shape) or on CUDA (the H200's measured peaks; Hugging Face's best). Shapes come from common/shapes.h.
+// `moex bench`: backends × shapes × token counts on the CPU (floor terms measured first) or on CUDA (the card's
+// measured peaks; Hugging Face's best). Shapes come from common/shapes.h. The peers measured in the same run:
+// bench/cpu_side_by_side.sh and bench/cuda_side_by_side.sh.
 #include "bench/bench_command.h"
 
 #include <fmt/format.h>

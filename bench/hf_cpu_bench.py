@@ -235,13 +235,11 @@ def combine(paths):
         hf = [o["us"] for o in res if o.get("impl") == "transformers"]
         ggml = [o for o in res if o.get("impl") == "llama.cpp"]  # measured in the run (bench/peers/ggml.sh)
         fl = next((o["floor_us"] for o in res if "floor_us" in o), None)
-        llama = next((o for o in res if "llama_layer_us" in o), None)  # else the anchor moex bench carries
         ratio = f"{min(moex) / min(hf):.2f}" if moex and hf else "—"
+        xl = "—"
         if ggml and moex:
             best = min(ggml, key=lambda o: o["us"])
             xl = f"{min(moex) / best['us']:.2f} ({best['dtype']})"
-        else:
-            xl = f"{min(moex) / llama['llama_layer_us']:.2f} ({llama['llama_weights']}, anchor)" if llama and moex else "—"
         fl_text = f"{fl:.0f}" if fl else "—"
         print(f"| {shape} | {T} | " + " | ".join(cells) + f" | {fl_text} | {ratio} | {xl} |")
     if floor:

@@ -1,5 +1,5 @@
-// Text table and JSON-lines output of `moex bench`, and the derived columns (GFLOP/s, GB/s, floor, llama.cpp on the
-// CPU, Hugging Face's best on CUDA).
+// Text table and JSON-lines output of `moex bench`, and the derived columns (GFLOP/s, GB/s, floor, Hugging Face's best
+// on CUDA).
 #include "bench/report.h"
 
 #include <fmt/format.h>
@@ -56,11 +56,6 @@ Json result_json(const Row& r, const Derived& d) {
     if (r.result.workspace_bytes >= 0) j["workspace_bytes"] = r.result.workspace_bytes;
     if (!r.result.check.empty()) j["check"] = r.result.check, j["check_ok"] = r.result.check_ok;
     if (d.floor_us > 0) j["floor_us"] = d.floor_us, j["x_floor"] = d.x_floor, j["below_floor"] = d.x_floor < 1;
-    if (d.llama_layer_us) {
-        j["llama_layer_us"] = *d.llama_layer_us;
-        j["llama_weights"] = d.llama_weights;
-        j["x_llama"] = r.result.median_us / *d.llama_layer_us;
-    }
     if (d.hf) {
         j["hf_best_us"] = d.hf->best_us;
         j["hf_best_config"] = std::string(d.hf->what);
@@ -88,14 +83,7 @@ Derived derive(const Row& row, const MachineFloor& floor) {
         d.x_floor = d.floor_us > 0 ? us / d.floor_us : 0;
     }
     const bool full = row.plan->E == m.E;
-    const bool plain = row.quant.empty();  // the anchors and baselines are of unquantized experts
-    if (row.device == Device::kCPU && m.name == kLlamaShape && full && plain)
-        for (const auto& a : kLlamaQwen3)
-            if (a.T == row.T) {
-                const bool f32 = row.dtype == DType::kF32;
-                d.llama_layer_us = 3.0 * (f32 ? a.f32_weights_us : a.f16_weights_us);
-                d.llama_weights = f32 ? "f32" : "f16";
-            }
+    const bool plain = row.quant.empty();  // the baselines are of unquantized experts
     if (row.device == Device::kCUDA && row.dtype == DType::kBF16 && full && plain && us > 0)
         d.hf = hf_best(m.name, row.T);
     return d;
@@ -187,12 +175,9 @@ void Reporter::table_start(Device device) {
     line("  FLOPs = 6·T·k·H·I;  bytes = w·3·H·I·E_touched + dtype·2·T·H, E_touched counted from the routing, w the");
     line("  bytes of one expert weight as stored (the dtype, or FP8 / FP4 codes plus their scales);");
     if (device == Device::kCPU) {
-        line("  ×floor = t / floor;  ×llama = t / (3 × ggml MUL_MAT_ID per-projection µs, RESULTS.md): ggml used f32");
-        line(
-            "  activations with f16 (or f32) weights and one weight set that fits in L3 at T=1; < 1 means moex is "
-            "faster.");
-        line(fmt::format("{:<18} {:>5} {:<11} {:>12} {:>8} {:>7} {:>7} {:>7} {:>12}  {}", "shape", "T", "backend", "µs",
-                         "GFLOP/s", "GB/s", "E_touch", "×floor", "×llama", "reps"));
+        line("  ×floor = t / floor;  the peers (transformers, llama.cpp) in the same run: bench/cpu_side_by_side.sh.");
+        line(fmt::format("{:<18} {:>5} {:<11} {:>12} {:>8} {:>7} {:>7} {:>7}  {}", "shape", "T", "backend", "µs",
+                         "GFLOP/s", "GB/s", "E_touch", "×floor", "reps"));
         return;
     }
     line(
@@ -235,11 +220,9 @@ void Reporter::text_row(const Row& r, const Derived& d) {
     if (d.floor_us > 0 && d.x_floor < 1) reps += "  BELOW THE FLOOR";  // a floor term was measured too low
     const std::string x_floor = d.floor_us > 0 ? fmt::format("{:.2f}", d.x_floor) : "—";
     if (r.device == Device::kCPU) {
-        const std::string llama =
-            d.llama_layer_us ? fmt::format("{:.2f} ({})", r.result.median_us / *d.llama_layer_us, d.llama_weights) : "";
-        return line(fmt::format("{:<18} {:>5} {:<11} {:>12.1f} {:>8.1f} {:>7.2f} {:>7.1f} {:>7} {:>12}  {}",
+        return line(fmt::format("{:<18} {:>5} {:<11} {:>12.1f} {:>8.1f} {:>7.2f} {:>7.1f} {:>7}  {}",
                                 shape_label(*r.plan), r.T, r.backend, r.result.median_us, d.gflops, d.gbps,
-                                r.result.e_touched, x_floor, llama, reps));
+                                r.result.e_touched, x_floor, reps));
     }
     const std::string hf = d.hf ? fmt::format("{:.0f}", d.hf->best_us) : "—";
     const std::string ratio = d.hf ? fmt::format("{:.2f}", d.hf->best_us / r.result.median_us) : "—";

@@ -12,16 +12,6 @@
 
 namespace moex::bench {
 
-// llama.cpp's ggml MUL_MAT_ID on the CPU for one qwen3-30b-a3b projection (128 experts of 768×2048, top-8,
-// activations f32), measured with ggml's test-backend-ops (bench/RESULTS.md, Baselines). Per projection; a layer has
-// three.
-struct LlamaAnchor {
-    int64_t T;
-    double f16_weights_us, f32_weights_us;
-};
-inline constexpr LlamaAnchor kLlamaQwen3[] = {{1, 245, 586}, {8, 3173, 4690}, {64, 16113, 17645}, {512, 94231, 84600}};
-inline constexpr const char* kLlamaShape = "qwen3-30b-a3b";
-
 struct Row {
     const ShapePlan* plan = nullptr;
     int64_t T = 0;
@@ -37,12 +27,10 @@ struct Row {
 };
 
 struct Derived {
-    double gflop = 0, gbytes = 0;          // 6·T·k·H·I; w·3·H·I·E_touched + dtype·2·T·H
-    double gflops = 0, gbps = 0;           // per second at the median
-    double floor_us = 0, x_floor = 0;      // max(FLOPs / GEMM rate, bytes / bandwidth); median ÷ floor (0: no floor)
-    std::optional<double> llama_layer_us;  // 3 × the per-projection anchor, when the case matches one
-    std::string llama_weights;             // "f16" or "f32"
-    std::optional<HfBaseline> hf;          // CUDA, bf16, the model's own E: Hugging Face's best (baselines.h)
+    double gflop = 0, gbytes = 0;      // 6·T·k·H·I; w·3·H·I·E_touched + dtype·2·T·H
+    double gflops = 0, gbps = 0;       // per second at the median
+    double floor_us = 0, x_floor = 0;  // max(FLOPs / GEMM rate, bytes / bandwidth); median ÷ floor (0: no floor)
+    std::optional<HfBaseline> hf;      // CUDA, bf16, the model's own E: Hugging Face's best (baselines.h)
 };
 Derived derive(const Row& row, const MachineFloor& floor);
 
