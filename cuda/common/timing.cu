@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "cuda/common/capture.h"
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
 #include "cuda/common/timing.h"
@@ -16,13 +17,11 @@ double time_us(void (*fn)(void* ctx, void* stream), void* ctx, void* stream, int
         CUDA_CHECK(cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking));
         s = own;
     }
-    cudaGraph_t g = nullptr;
     cudaGraphExec_t exec = nullptr;
     cudaEvent_t start = nullptr, stop = nullptr;
     std::vector<float> ms(size_t(reps), 0.0f);
     auto cleanup = [&] {
         if (exec) (void)cudaGraphExecDestroy(exec);
-        if (g) (void)cudaGraphDestroy(g);
         if (start) (void)cudaEventDestroy(start);
         if (stop) (void)cudaEventDestroy(stop);
         if (own) (void)cudaStreamDestroy(own);
@@ -33,17 +32,7 @@ double time_us(void (*fn)(void* ctx, void* stream), void* ctx, void* stream, int
         if (graph) {
             fn(ctx, s);  // one eager call first: lazy initialisation (pools, attributes) stays out of the graph
             CUDA_CHECK(cudaStreamSynchronize(s));
-            CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-            try {
-                fn(ctx, s);
-            } catch (...) {
-                cudaGraph_t broken = nullptr;
-                (void)cudaStreamEndCapture(s, &broken);
-                if (broken) (void)cudaGraphDestroy(broken);
-                throw;
-            }
-            CUDA_CHECK(cudaStreamEndCapture(s, &g));
-            CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+            exec = capture_graph(s, [&] { fn(ctx, s); });
         }
         auto once = [&] {
             if (graph) {
