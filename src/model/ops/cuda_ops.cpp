@@ -239,8 +239,7 @@ class CudaOps final : public Ops {
 
     int64_t argmax(const TensorView& row) override {
         begin();
-        if (!row.is_contiguous() || row.device != Device::kCUDA || row.numel() < 1)
-            bad("argmax", "logits must be a non-empty contiguous row on the device");
+        logits_row(row, "argmax");
         return cm::argmax_to_host(ctx_, row.data, row.numel(), act_dtype(row.dtype, "argmax"));
     }
 
@@ -251,8 +250,7 @@ class CudaOps final : public Ops {
 
     void argmax_step(const TensorView& row, const TensorView& id, const TensorView& pos) override {
         begin();
-        if (!row.is_contiguous() || row.device != Device::kCUDA || row.device_index != dev_ || row.numel() < 1)
-            bad("argmax_step", "logits must be a non-empty contiguous row on cuda:" + std::to_string(dev_));
+        logits_row(row, "argmax_step");
         vector_view(id, dev_, 1, DType::kI32, "argmax_step", "id");
         vector_view(pos, dev_, 1, DType::kI64, "argmax_step", "pos");
         cm::launch_argmax(ctx_, row.data, row.numel(), act_dtype(row.dtype, "argmax_step"), id.ptr<int32_t>(),
@@ -289,6 +287,12 @@ class CudaOps final : public Ops {
     };
 
     void begin() { ctx_.make_current(); }
+
+    // The logits row of argmax and argmax_step.
+    void logits_row(const TensorView& row, const char* op) const {
+        if (!row.is_contiguous() || row.device != Device::kCUDA || row.device_index != dev_ || row.numel() < 1)
+            bad(op, "logits must be a non-empty contiguous row on cuda:" + std::to_string(dev_));
+    }
 
     // act matters for kGatedAct only.
     void eltwise(cm::Eltwise op, const TensorView& like, const void* a, int64_t lda, const void* b, int64_t ldb,
