@@ -8,22 +8,12 @@
 Prints one row per (shape, T, implementation): the peak extra MiB of the call, and the same without the output."""
 import argparse
 import json
-import re
-import os
 
 import torch
 from transformers import Qwen3MoeConfig
 from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
 
-SHAPES_H = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common", "shapes.h")
-
-
-def model_shapes():
-    """{name: (H, I, E, k)} of kModelShapes, read from the one shape table."""
-    text = open(SHAPES_H).read()
-    table = text[text.index("kModelShapes"):text.index("}};")]
-    return {m[0]: tuple(int(v) for v in m[1:])
-            for m in re.findall(r'\{"([^"]+)", (\d+), (\d+), (\d+), (\d+)\}', table)}
+from python_bench import model_shapes  # common/shapes.h read as python_bench reads it (bench/ is on sys.path)
 
 
 def measure(module, impl, x, ids, w):
@@ -48,7 +38,7 @@ def main():
                     help="skip batched_mm past this many GB of per-token weight copies")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    shapes = model_shapes()
+    shapes = {name: (H, I, E, k) for name, H, I, E, k in model_shapes()}
     rows = []
     print(f"{'shape':<16} {'T':>6} {'impl':<12} {'peak MiB':>10} {'- output':>10}")
     for name in args.shapes.split(","):
