@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Thread scaling of the CPU experts (issue #15 item 3): `moex bench --device cpu` pinned with taskset to 1, 2, 4, 8, 16
-# cores (one hardware thread per physical core) and --threads alike, per CPU kernel table (MOEX_CPU_KERNELS; the
-# default one and avx512, so an AMX host times AMX against AVX-512), then one table: time and parallel efficiency.
+# cores (one hardware thread per physical core) and --threads alike, each pool thread pinned to its own core inside
+# that set (MOEX_CPU_PIN=1; PIN=0 lets the OS place them), per CPU kernel table (MOEX_CPU_KERNELS; the default one
+# and avx512, so an AMX host times AMX against AVX-512), then one table: time and parallel efficiency.
 #
 #   bash bench/cpu_scaling.sh                       # qwen3-30b-a3b + mixtral-8x7b, T = 512, 1024, bf16
 #   MOEX=build/moex THREADS=1,2,4 KERNELS=default TOKENS=512 BACKENDS=grouped_mm bash bench/cpu_scaling.sh
@@ -46,7 +47,7 @@ for kernels in "${kernel_list[@]}"; do
         [[ $kernels != default ]] && env_kernels=(MOEX_CPU_KERNELS="$kernels")
         echo "cpu_scaling: kernels $kernels, $n threads on CPUs $cpus" >&2
         # shellcheck disable=SC2086  # EXTRA is a list of options
-        if ! env "${env_kernels[@]}" taskset -c "$cpus" "$MOEX" bench --device cpu --shapes "$SHAPES" --tokens "$TOKENS" \
+        if ! env "${env_kernels[@]}" MOEX_CPU_PIN="${PIN:-1}" taskset -c "$cpus" "$MOEX" bench --device cpu --shapes "$SHAPES" --tokens "$TOKENS" \
             --dtype "$DTYPE" --backends "$BACKENDS" --threads "$n" --json $EXTRA |
             python3 -c 'import json, sys
 k = sys.argv[1]

@@ -18,6 +18,7 @@
 #include "moex/error.h"
 #include "moex/tensor.h"
 #include "src/cpu/gemm.h"
+#include "src/cpu/placement.h"
 
 namespace moex::bench {
 namespace {
@@ -239,6 +240,7 @@ CpuInfo probe_cpu() {
         : table == "avx2"        ? "prefill: AVX2 6x16 f32 tile; decode: AVX2 GEMV"
                                  : "portable C++";
     c.kernels = fmt::format("{} ({})", table, what);
+    c.pinning = cpu::pinning_summary();
     return c;
 }
 

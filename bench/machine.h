@@ -17,6 +17,7 @@ struct CpuInfo {
     std::string llc_source;  // where llc_bytes came from
     std::string isa;         // e.g. "avx2 fma f16c" or "avx2 fma f16c avx512f avx512bf16"
     std::string kernels;     // the CPU kernel table every CPU backend runs (src/cpu/kernels.h), e.g. "avx512_bf16"
+    std::string pinning;     // the pool's thread placement (src/cpu/placement.h): "off" or "on: CPUs ..."
 };
 CpuInfo probe_cpu();
 

@@ -116,6 +116,7 @@ void Reporter::header(const CpuInfo& cpu, const MachineFloor& f, const BenchConf
               {"threads", c.threads},
               {"isa", cpu.isa},
               {"cpu_kernels", cpu.kernels},
+              {"cpu_pinning", cpu.pinning},
               {"device", std::string(device_name(c.device))},
               {"graph", c.graph},
               {"llc_bytes", c.llc_bytes},
@@ -142,7 +143,10 @@ void Reporter::text_header(const CpuInfo& cpu, const MachineFloor& f, const Benc
     line(fmt::format("moex bench: {}", cmd));
     line(fmt::format("host: {} | {} hardware threads, {} used | LLC {} MiB ({}) | {}", cpu.model, cpu.hardware_threads,
                      c.threads, cpu.llc_bytes >> 20, cpu.llc_source, cpu.isa));
-    if (c.device == Device::kCPU) line(fmt::format("CPU kernels of every CPU backend: {}", cpu.kernels));
+    if (c.device == Device::kCPU) {
+        line(fmt::format("CPU kernels of every CPU backend: {}", cpu.kernels));
+        line(fmt::format("threads pinned (MOEX_CPU_PIN=1): {}", cpu.pinning));
+    }
     line(fmt::format("device: {}{} | {}{} | weights rotated past a {} MiB cache", device_name(c.device),
                      c.graph ? " (CUDA-graph replay)" : "", dtype_name(c.dtype),
                      c.quant == QuantFormat::kNone

@@ -32,7 +32,7 @@ forbid cuda '^(src|tools|bench|common|tests)/|^moex/(tensor|experts|backend|mode
 forbid src '^(tools|bench|common|tests)/' "the library does not include the programs or the tests"
 forbid common '^(src|cuda|tools|bench|tests)/' "common/ uses the public API only"
 forbid tools '^(src|tests)/|^cuda/(experts|gemm|routing|model)/' "the programs use the public API, common/ and cuda's memory/timing"
-forbid bench '^tests/|^src/([^c]|c[^p]|cp[^u]|cpu/[^g])' "bench/ is white-box for src/cpu/gemm.h only"
+forbid bench '^tests/|^src/([^c]|c[^p]|cp[^u]|cpu/[^gp])' "bench/ is white-box for src/cpu/gemm.h and placement.h only"
 outside_io=$(git ls-files src | grep -v '^src/io/' | grep -E '\.(cpp|h)$' | xargs grep -l '"src/io/safetensors_header.h"' || true)
 [[ -z $outside_io ]] || { echo "check_style: src/io/safetensors_header.h is internal to src/io: $outside_io"; fail=1; }
 python3 scripts/check_pdl.py || fail=1  # every kernel launched with PDL waits first (cuda/common/pdl.cuh)

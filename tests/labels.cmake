@@ -19,7 +19,7 @@ foreach(moex_test IN LISTS moex_portable_gtests)  # the second registration, MOE
 endforeach()
 # The forced CPU kernel tables (MOEX_CPU_KERNELS).
 foreach(moex_test IN LISTS moex_amx_gtests moex_avx512_gtests moex_avx512_bf16_gtests moex_avx2_gtests
-                           moex_scalar_gtests)
+                           moex_scalar_gtests moex_pinned_gtests)
   set_tests_properties("${moex_test}" PROPERTIES LABELS "cpu")
 endforeach()
 # Without AMX the amx: tests skip as a whole (the environment of tests/test_cpu_kernels.cpp): CTest says so.

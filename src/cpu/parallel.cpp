@@ -14,6 +14,7 @@
 #endif
 
 #include "src/cpu/parallel.h"
+#include "src/cpu/placement.h"
 
 namespace moex::cpu {
 namespace {
@@ -63,6 +64,8 @@ class ThreadPool {
             for (int64_t i = 0; i < n; ++i) call(ctx, i);
             return;
         }
+        static thread_local const int submitter_cpu = pin_thread_slot(0);  // MOEX_CPU_PIN=1: slot 0 of placement.h
+        (void)submitter_cpu;
         grow(threads - 1);
         auto job = std::make_shared<Job>();
         job->n = n, job->max_helpers = threads - 1, job->call = call, job->ctx = ctx;
@@ -80,7 +83,13 @@ class ThreadPool {
 
    private:
     void grow(int count) {
-        while (int(workers_.size()) < count && workers_.size() < 256) workers_.emplace_back([this] { loop(); });
+        while (int(workers_.size()) < count && workers_.size() < 256) {
+            const int slot = int(workers_.size()) + 1;
+            workers_.emplace_back([this, slot] {
+                pin_thread_slot(slot);  // MOEX_CPU_PIN=1 only
+                loop();
+            });
+        }
     }
 
     // Waits for a new job (spinning ~50 us first: a decode call posts 3-4 jobs back to back), then helps with it.
