@@ -39,8 +39,7 @@ std::vector<int> placement_order(std::vector<LogicalCpu> cpus) {
     std::vector<std::pair<int, int>> ranked;  // (rank, position in the sorted list)
     for (size_t i = 0; i < cpus.size(); ++i)
         ranked.emplace_back(seen[{cpus[i].package, cpus[i].core}]++, static_cast<int>(i));
-    std::stable_sort(ranked.begin(), ranked.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     std::vector<int> out;
     out.reserve(ranked.size());
     for (const auto& r : ranked) out.push_back(cpus[size_t(r.second)].id);
