@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <atomic>
+#include <cstdint>
 #include <mutex>
 #include <set>
 #include <vector>
@@ -45,11 +46,11 @@ TEST(CpuPlacement, PoolThreadsRunWhereTheSummarySays) {
     // Long enough tasks that every worker takes some; each records the CPU it ran on.
     std::mutex mu;
     std::set<int> seen;
-    std::atomic<int> sink{0};
+    std::atomic<uint32_t> sink{0};
     parallel_for(64, threads, [&](int64_t) {
-        int acc = 0;
-        for (int i = 0; i < 2000000; ++i) acc += i ^ sink.load(std::memory_order_relaxed);
-        sink.fetch_add(acc & 1, std::memory_order_relaxed);
+        uint32_t acc = 0;  // unsigned: wraps, no overflow
+        for (uint32_t i = 0; i < 2000000; ++i) acc += i ^ sink.load(std::memory_order_relaxed);
+        sink.fetch_add(acc & 1u, std::memory_order_relaxed);
         std::lock_guard<std::mutex> lock(mu);
         seen.insert(sched_getcpu());
     });
