@@ -1,10 +1,12 @@
-// The CUDA experts backward (batched_mm and grouped_mm): routing with align 1 (rows sorted by expert, no padding)
+// The CUDA experts backward (batched_mm, grouped_mm, sonicmoe): bf16 on Hopper runs on the tensor cores
+// (backward_sm90.cu); everything else here, in f32 SIMT: routing with align 1 (rows sorted by expert, no padding)
 // -> A = X Wuᵀ + bu and G = dO Wd (row GEMMs) -> per slot h, dw, dA (in place) -> dX rows = dA Wu and the per-token
 // sum -> dWu = dAᵀ X, dWd = (w dO)ᵀ h per expert -> bias column sums. Workspace: (S, N + I + 1) f32 (+ (S, H) for dx).
 #include <string>
 
 #include "cuda/backward/backward.h"
 #include "cuda/backward/backward_kernels.h"
+#include "cuda/backward/backward_sm90.h"
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
 #include "cuda/routing/routing.h"
@@ -50,6 +52,7 @@ void run_experts_backward(const ExpertsBackwardArgs& b, void* stream_handle) {
                  ErrorCode::kInvalidArgument, "experts backward: null tensor pointer");
     const bool want_rows = b.grad_hidden || b.grad_weights || b.grad_gate_up || b.grad_down || b.grad_gate_up_bias;
     if (!want_rows && !b.grad_down_bias) return;
+    if (want_rows && backward_sm90_why_not(b) == nullptr) return run_experts_backward_sm90(b, stream);
 
     Workspace ws(stream);
     const RoutingBuffers rb = reserve_routing(ws, S, E, /*align=*/1, kTile, /*tile_ranges=*/true);

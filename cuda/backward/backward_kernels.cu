@@ -89,6 +89,13 @@ void launch_gate_grad(const GateGradArgs& a, cudaStream_t stream) {
     });
 }
 
+void launch_zero_padding(const ZeroPaddingArgs& a, cudaStream_t stream) {
+    MOEX_REQUIRE(a.dtype == DType::kF32 || (a.ld[0] % 2 == 0 && a.ld[1] % 2 == 0), ErrorCode::kInvalidArgument,
+                 "experts backward: padding rows of 16-bit buffers need an even row length");
+    zero_padding_kernel<<<stride_blocks(a.rows_bound, 8, 16), 256, 0, stream>>>(a);
+    MOEX_LAUNCH_CHECK();
+}
+
 void launch_token_sum(const TokenSumArgs& a, cudaStream_t stream) {
     const unsigned blocks = stride_blocks(a.T * a.H, 256, 32);
     with_dtype(a.dtype, "experts backward", [&](auto t) {

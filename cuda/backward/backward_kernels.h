@@ -65,6 +65,7 @@ void launch_column_sums(const ColumnSumArgs& args, cudaStream_t stream);
 
 // Per slot s = t·k + j (one CTA each) of routed row r: h = round(gate(A_r)), dw = G_r·h + dO_t·bd_e (the routing
 // weight's gradient; sentinel slots get exactly 0), dA_r = gate'(A_r) ⊙ (w G_r). In place: A becomes dA, G becomes h.
+// For the tensor-core GEMMs after it (backward_sm90.cu) also dA_r and w·h rounded to the dtype into dA_out, wh_out.
 struct GateGradArgs {
     float* AU;                // (S, N) f32: the up projection in, dA out
     float* GH;                // (S, I) f32: G = dO·Wd in, h out
@@ -79,8 +80,22 @@ struct GateGradArgs {
     DType dtype;
     bool ids_i64, weights_f32, has_gate;
     GateParams gate;
+    void* dA_out = nullptr;  // (rows, N) dtype, or nullptr
+    void* wh_out = nullptr;  // (rows, I) dtype, or nullptr
 };
 void launch_gate_grad(const GateGradArgs& args, cudaStream_t stream);
+
+// Zeros every padding row (row_slot -1) below *total_rows of each of the (rows_bound, ld[i]) dtype buffers: the
+// weight-gradient GEMM sums over whole 64-row blocks of an expert, so what its padding rows hold must be 0.
+struct ZeroPaddingArgs {
+    void* rows[2];  // nullptr: unused
+    int64_t ld[2];
+    const int32_t* row_slot;    // (rows_bound,)
+    const int32_t* total_rows;  // (1,) rows used
+    int64_t rows_bound;
+    DType dtype;
+};
+void launch_zero_padding(const ZeroPaddingArgs& args, cudaStream_t stream);
 
 // dx[t] = Σ_j dX_rows[slot_row[t·k + j]] in slot order (sentinels skipped), rounded once to dtype.
 struct TokenSumArgs {

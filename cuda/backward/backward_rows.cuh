@@ -118,6 +118,11 @@ __global__ void __launch_bounds__(kGateThreads) gate_grad_kernel(const __grid_co
             gh[i] = h;
             if (a.has_gate) au[cg] = dh * dg;
             au[cu] = dh * du;
+            if (a.dA_out) {
+                if (a.has_gate) store_as(a.dA_out, int64_t(row) * a.N + cg, a.dtype, dh * dg);
+                store_as(a.dA_out, int64_t(row) * a.N + cu, a.dtype, dh * du);
+            }
+            if (a.wh_out) store_as(a.wh_out, int64_t(row) * a.I + i, a.dtype, w * h);
         }
         if (a.down_bias) {
             const int e = load_expert(a.ids, a.ids_i64, s, a.E);  // in [0, E): the slot has a row
@@ -129,6 +134,21 @@ __global__ void __launch_bounds__(kGateThreads) gate_grad_kernel(const __grid_co
         if (threadIdx.x == 0) {
             a.row_w[row] = w;
             if (a.grad_weights) store_as(a.grad_weights, s, w_dtype, dw);
+        }
+    }
+}
+
+// One warp per row, grid-stride over rows; 16-bit elements written two at a time (ld is even: the GEMMs' 8-multiples).
+__global__ void __launch_bounds__(256) zero_padding_kernel(const __grid_constant__ ZeroPaddingArgs a) {
+    const int64_t used = min(int64_t(*a.total_rows), a.rows_bound);
+    const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32), lane = threadIdx.x % 32;
+    const int64_t esize = a.dtype == DType::kF32 ? 4 : 2;
+    for (int64_t r = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; r < used; r += warps) {
+        if (a.row_slot[r] >= 0) continue;
+        for (int b = 0; b < 2; ++b) {
+            if (a.rows[b] == nullptr) continue;
+            auto* row = static_cast<uint32_t*>(a.rows[b]) + r * a.ld[b] * esize / 4;
+            for (int64_t c = lane; c < a.ld[b] * esize / 4; c += 32) row[c] = 0u;
         }
     }
 }

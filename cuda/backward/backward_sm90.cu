@@ -1,0 +1,215 @@
+// The experts backward on Hopper's tensor cores (bf16): the same math as the SIMT backward (backward.cu), with its five
+// GEMMs as wgmma GEMMs over the padded-contiguous layout of the forward's grouped pipeline.
+//   routing (128-row expert blocks) -> gathered rows of x and of dO (zero padding rows)
+//   -> A = X Wuᵀ + bu and G = dO Wd (the forward's sm_90a grouped GEMM, f32 out) -> per slot h, dw, dA (gate_grad,
+//   which also writes dA and w·h in bf16) -> dX rows = dA Wu (grouped GEMM, f32) and the per-token sum
+//   -> dWu = dAᵀ X, dWd = dOᵀ (w h) (weight_grad_sm90: the expert's rows are the K loop) -> bias column sums (f32 rows).
+// Nothing (S, H)-sized is kept from the forward: the forward's activations are recomputed from x. No float atomics:
+// every output has one fixed order, so two runs give the same bits.
+#include <cstdlib>
+#include <cstring>
+
+#include "cuda/backward/backward.h"
+#include "cuda/backward/backward_kernels.h"
+#include "cuda/common/check.h"
+#include "cuda/common/device.h"
+#include "cuda/gemm/grouped_gemm.h"
+#include "cuda/gemm/weight_grad.h"
+#include "cuda/routing/routing.h"
+
+namespace moex::cuda {
+namespace {
+
+// The GEMMs of one backward call; the pointers are filled once the workspace exists.
+struct Gemms {
+    GroupedGemmArgs up, g, dx;
+    WeightGradGemmArgs dwu, dwd;
+};
+
+Gemms describe(const ExpertsBackwardArgs& b, const RoutingArgs* r, int64_t P, int64_t tiles) {
+    const ExpertsArgs& a = b.fwd;
+    const int64_t N = a.has_gate ? 2 * a.I : a.I;
+    Gemms m{};
+    m.up = GroupedGemmArgs{.A = nullptr,
+                           .B = a.gate_up_proj,
+                           .D = nullptr,
+                           .bias = a.gate_up_bias,
+                           .row_scale = nullptr,
+                           .m_tile_expert = r ? r->tile_expert : nullptr,
+                           .num_m_tiles = r ? r->num_tiles : nullptr,
+                           .expert_row_start = r ? r->expert_row_start : nullptr,
+                           .expert_row_count = r ? r->expert_count : nullptr,
+                           .P = P,
+                           .N = N,
+                           .K = a.H,
+                           .E = a.E,
+                           .max_m_tiles = tiles,
+                           .dtype = a.dtype,
+                           .b_n_major = a.is_transposed,  // Wu (E, N, H) | (E, H, N)
+                           .d_f32 = true,
+                           .epilogue = Epilogue::kStore,
+                           .gate = a.gate,
+                           .b_dtype = a.dtype,
+                           .b_scales = {},
+                           .a_scales = nullptr,
+                           .a_fp8 = false};
+    m.g = m.up;  // G (P, I) = dO Wd: Wd_e(i, c) read from (E, H, I) (K-by-N) | transposed (E, I, H)
+    m.g.B = a.down_proj, m.g.bias = nullptr, m.g.N = a.I, m.g.K = a.H, m.g.b_n_major = !a.is_transposed;
+    m.dx = m.up;  // dX rows (P, H) = dA Wu: Wu_e(c, n) read from (E, N, H) (K-by-N) | transposed (E, H, N)
+    m.dx.bias = nullptr, m.dx.N = a.H, m.dx.K = N, m.dx.b_n_major = !a.is_transposed;
+    const WeightGradGemmArgs w{.A = nullptr,
+                               .B = nullptr,
+                               .C = nullptr,
+                               .expert_row_start = r ? r->expert_row_start : nullptr,
+                               .expert_row_count = r ? r->expert_count : nullptr,
+                               .P = P,
+                               .M = 0,
+                               .N = 0,
+                               .E = a.E,
+                               .dtype = a.dtype};
+    // dWu (N, H) = dAᵀ X, stored transposed (H, N) = Xᵀ dA; dWd (H, I) = dOᵀ (w h), transposed (I, H) = (w h)ᵀ dO.
+    m.dwu = w, m.dwd = w;
+    m.dwu.C = b.grad_gate_up, m.dwd.C = b.grad_down;
+    m.dwu.M = a.is_transposed ? a.H : N, m.dwu.N = a.is_transposed ? N : a.H;
+    m.dwd.M = a.is_transposed ? a.I : a.H, m.dwd.N = a.is_transposed ? a.H : a.I;
+    return m;
+}
+
+// Placeholder pointers for the static checks: aligned, non-null (the checks look at alignment, not at memory).
+void* const kAligned = reinterpret_cast<void*>(uintptr_t(256));
+const int32_t* const kInts = reinterpret_cast<const int32_t*>(uintptr_t(256));
+
+}  // namespace
+
+const char* backward_sm90_why_not(const ExpertsBackwardArgs& b) {
+    const ExpertsArgs& a = b.fwd;
+    if (const char* env = std::getenv("MOEX_BACKWARD"); env != nullptr && std::strcmp(env, "simt") == 0)
+        return "MOEX_BACKWARD=simt";
+    if (!device_state().sm90) return "the device is not an sm_90 (Hopper) GPU";
+    if (a.dtype != DType::kBF16) return "the tensor-core backward takes bf16 (f16 and f32 run in f32 SIMT)";
+    if (a.T == 0) return "no tokens";
+    const int64_t S = a.T * a.k, P = routing_rows_bound(S, a.E, kRowAlign);
+    const RoutingArgs fake{.expert_count = const_cast<int32_t*>(kInts),
+                           .expert_row_start = const_cast<int32_t*>(kInts),
+                           .tile_expert = const_cast<int32_t*>(kInts),
+                           .num_tiles = const_cast<int32_t*>(kInts)};
+    Gemms m = describe(b, &fake, P, P / kRowAlign);
+    for (GroupedGemmArgs* g : {&m.up, &m.g, &m.dx}) {
+        g->A = kAligned, g->D = kAligned;
+        if (const char* why = sm90_refusal(*g)) return why;
+    }
+    for (WeightGradGemmArgs* w : {&m.dwu, &m.dwd}) {
+        w->A = kAligned, w->B = kAligned, w->C = kAligned;
+        if (const char* why = weight_grad_sm90_why_not(*w)) return why;
+    }
+    return nullptr;
+}
+
+void run_experts_backward_sm90(const ExpertsBackwardArgs& b, cudaStream_t stream) {
+    const ExpertsArgs& a = b.fwd;
+    const int64_t N = a.has_gate ? 2 * a.I : a.I, S = a.T * a.k, H = a.H, I = a.I, E = a.E, es = 2;
+
+    Workspace ws(stream);
+    const RoutingBuffers rb = reserve_routing(ws, S, E, kRowAlign, kRowAlign);
+    const int64_t P = rb.rows_bound;
+    const size_t x_rows = ws.reserve(size_t(P * H * es));                      // (P, H) gathered x
+    const size_t do_rows = ws.reserve(size_t(P * H * es));                     // (P, H) gathered dO
+    const size_t row_w = ws.reserve_n<float>(P);                               // (P,) routing weight of each row
+    const size_t au = ws.reserve_n<float>(P * N);                              // (P, N) up projection, then dA
+    const size_t gh = ws.reserve_n<float>(P * I);                              // (P, I) G = dO Wd, then h
+    const size_t da16 = ws.reserve(size_t(P * N * es));                        // (P, N) dA in bf16
+    const size_t wh16 = ws.reserve(size_t(P * I * es));                        // (P, I) w·h in bf16
+    const size_t dx_rows = b.grad_hidden ? ws.reserve_n<float>(P * H) : 0;     // (P, H) dA Wu
+    ws.allocate();
+    const RoutingArgs r = rb.args(ws, a.top_k_index, a.ids_i64);
+    launch_routing(r, stream);
+
+    auto gather = [&](const void* src, size_t dst, float* scale) {
+        launch_gather_rows(GatherArgs{.x = src,
+                                      .A = ws.at<void>(dst),
+                                      .row_scale = scale,
+                                      .topk_weights = a.top_k_weights,
+                                      .row_slot = r.row_slot,
+                                      .total_rows = r.expert_row_start + E,
+                                      .rows_bound = P,
+                                      .H = H,
+                                      .k = a.k,
+                                      .dtype = a.dtype,
+                                      .weights_f32 = a.weights_f32},
+                           stream);
+    };
+    gather(a.hidden_states, x_rows, ws.at<float>(row_w));
+    gather(b.grad_out, do_rows, nullptr);
+
+    Gemms m = describe(b, &r, P, rb.tiles_bound);
+    m.up.A = ws.at<void>(x_rows), m.up.D = ws.at<void>(au);
+    m.g.A = ws.at<void>(do_rows), m.g.D = ws.at<void>(gh);
+    launch_grouped_gemm(m.up, stream);
+    launch_grouped_gemm(m.g, stream);
+
+    backward::launch_gate_grad({.AU = ws.at<float>(au),
+                                .GH = ws.at<float>(gh),
+                                .row_w = ws.at<float>(row_w),
+                                .dout = b.grad_out,
+                                .down_bias = a.down_bias,
+                                .ids = a.top_k_index,
+                                .weights = a.top_k_weights,
+                                .grad_weights = b.grad_weights,
+                                .slot_row = r.slot_row,
+                                .S = S,
+                                .N = N,
+                                .I = I,
+                                .H = H,
+                                .E = E,
+                                .k = a.k,
+                                .dtype = a.dtype,
+                                .ids_i64 = a.ids_i64,
+                                .weights_f32 = a.weights_f32,
+                                .has_gate = a.has_gate,
+                                .gate = a.gate,
+                                .dA_out = ws.at<void>(da16),
+                                .wh_out = ws.at<void>(wh16)},
+                               stream);
+    backward::launch_zero_padding({.rows = {ws.at<void>(da16), ws.at<void>(wh16)},
+                                   .ld = {N, I},
+                                   .row_slot = r.row_slot,
+                                   .total_rows = r.expert_row_start + E,
+                                   .rows_bound = P,
+                                   .dtype = a.dtype},
+                                  stream);
+
+    if (b.grad_hidden) {
+        m.dx.A = ws.at<void>(da16), m.dx.D = ws.at<void>(dx_rows);
+        launch_grouped_gemm(m.dx, stream);
+        backward::launch_token_sum(
+            {.rows = ws.at<float>(dx_rows), .slot_row = r.slot_row, .out = b.grad_hidden, .T = a.T, .H = H, .k = a.k,
+             .dtype = a.dtype},
+            stream);
+    }
+    if (b.grad_gate_up) {
+        m.dwu.A = ws.at<void>(a.is_transposed ? x_rows : da16), m.dwu.B = ws.at<void>(a.is_transposed ? da16 : x_rows);
+        launch_weight_grad_sm90(m.dwu, stream);
+    }
+    if (b.grad_down) {
+        m.dwd.A = ws.at<void>(a.is_transposed ? wh16 : do_rows), m.dwd.B = ws.at<void>(a.is_transposed ? do_rows : wh16);
+        launch_weight_grad_sm90(m.dwd, stream);
+    }
+    auto column_sums = [&](const backward::RowOperand& src, void* out, int64_t L) {
+        backward::launch_column_sums({.src = src,
+                                      .out = out,
+                                      .expert_row_start = r.expert_row_start,
+                                      .expert_count = r.expert_count,
+                                      .E = E,
+                                      .L = L,
+                                      .dtype = a.dtype},
+                                     stream);
+    };
+    if (b.grad_gate_up_bias)
+        column_sums({.data = ws.at<float>(au), .row_slot = nullptr, .row_scale = nullptr, .ld = N, .k = a.k},
+                    b.grad_gate_up_bias, N);
+    if (b.grad_down_bias)
+        column_sums({.data = b.grad_out, .row_slot = r.row_slot, .row_scale = ws.at<float>(row_w), .ld = H, .k = a.k},
+                    b.grad_down_bias, H);
+}
+
+}  // namespace moex::cuda
