@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -149,32 +150,71 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, BackwardCuda, ::testing::Values(DType::kBF16, D
                              return std::string(dtype_name(info.param));
                          });
 
+// bf16 shapes the tensor-core backward takes on Hopper (H and I multiples of 8: backward_sm90.cu), against the
+// reference once by default (the tensor cores on an sm_90 device) and once forced to the SIMT path: several 64-row
+// blocks per expert, partial tiles of the weight-gradient GEMM (I = 72 over 128 x 256 tiles), unhit experts. Both
+// paths are deterministic: two runs of each are bitwise equal.
+TEST(BackwardCudaOnly, TensorCoreShapesMatchReference) {
+    MOEX_NEED_CUDA();
+    struct Unset {
+        ~Unset() { unsetenv("MOEX_BACKWARD"); }
+    } unset;
+    uint64_t seed = 1300;
+    for (const char* path : {"default", "simt"}) {
+        SCOPED_TRACE(path);
+        if (std::string(path) == "simt") setenv("MOEX_BACKWARD", "simt", 1);
+        for (const Variant& v : all_layouts(DType::kBF16)) {
+            if (v.activation != Activation::kSilu && v.gate != GateKind::kGptOss) continue;
+            SCOPED_TRACE(v.name());
+            HostProblem hp(700, 256, 72, 9, 2, v, ++seed);
+            add_sentinels(hp, 700, 2, 9, /*unhit=*/8);
+            check_problem(hp, seed);
+            if (HasFailure()) return;
+        }
+        Variant v;
+        v.dtype = DType::kBF16, v.bias = true;
+        HostProblem hp(300, 136, 72, 5, 3, v, 41);
+        const Tensor dout = grad_out_for(hp.problem(), 42);
+        const PlacedProblem placed = place(hp.problem(), Device::kCUDA);
+        const DeviceTensor dout_dev = DeviceTensor::from_host(dout.view(), Device::kCUDA);
+        const DeviceGrads g1(placed.problem), g2(placed.problem);
+        const HostGrads one = run_cuda_backward("grouped_mm", placed, dout_dev, g1);
+        const HostGrads two = run_cuda_backward("grouped_mm", placed, dout_dev, g2);
+        EXPECT_TRUE(bitwise_equal(one.x, two.x) && bitwise_equal(one.w, two.w) && bitwise_equal(one.up, two.up) &&
+                    bitwise_equal(one.down, two.down) && bitwise_equal(one.bu, two.bu) &&
+                    bitwise_equal(one.bd, two.bd));
+    }
+}
+
 TEST(BackwardCudaOnly, RequestedGradientsOnly) {
     MOEX_NEED_CUDA();
     Variant v;
     v.dtype = DType::kBF16, v.bias = true;
-    HostProblem hp(40, 24, 20, 4, 2, v, 51);
-    const Tensor dout = grad_out_for(hp.problem(), 52);
-    const PlacedProblem placed = place(hp.problem(), Device::kCUDA);
-    const DeviceTensor dout_dev = DeviceTensor::from_host(dout.view(), Device::kCUDA);
-    const DeviceGrads all(placed.problem), some(placed.problem);
-    const HostGrads want = run_cuda_backward("grouped_mm", placed, dout_dev, all);
-    for (int which = 0; which < 3; ++which) {  // dw + d down bias alone (no GEMM needed for the bias), dx, d down
-        SCOPED_TRACE(which);
-        const DeviceGrads fresh(placed.problem);
-        ExpertsGrads only;
-        if (which == 0) only.top_k_weights = fresh.w.view(), only.down_bias = fresh.bd.view();
-        if (which == 1) only.hidden_states = fresh.x.view();
-        if (which == 2) only.down_proj = fresh.down.view();
-        ExpertsInterface::global().backward("grouped_mm", placed.problem, dout_dev.view(), only);
-        device_synchronize(Device::kCUDA);
-        const HostGrads got{to_host(fresh.x),    to_host(fresh.w),  to_host(fresh.up),
-                            to_host(fresh.down), to_host(fresh.bu), to_host(fresh.bd)};
-        if (which == 0) EXPECT_TRUE(bitwise_equal(want.w, got.w) && bitwise_equal(want.bd, got.bd));
-        if (which == 1) EXPECT_TRUE(bitwise_equal(want.x, got.x));
-        if (which == 2) EXPECT_TRUE(bitwise_equal(want.down, got.down));
-        const auto* up = static_cast<const uint16_t*>(got.up.data());
-        EXPECT_EQ(up[0], 0xffffu);  // never asked for: untouched
+    for (const int64_t I : {20, 64}) {  // I = 64: the tensor-core path on Hopper; 20: SIMT everywhere
+        SCOPED_TRACE("I=" + std::to_string(I));
+        HostProblem hp(40, 24, I, 4, 2, v, 51);
+        const Tensor dout = grad_out_for(hp.problem(), 52);
+        const PlacedProblem placed = place(hp.problem(), Device::kCUDA);
+        const DeviceTensor dout_dev = DeviceTensor::from_host(dout.view(), Device::kCUDA);
+        const DeviceGrads all(placed.problem), some(placed.problem);
+        const HostGrads want = run_cuda_backward("grouped_mm", placed, dout_dev, all);
+        for (int which = 0; which < 3; ++which) {  // dw + d down bias alone (no GEMM needed for the bias), dx, d down
+            SCOPED_TRACE(which);
+            const DeviceGrads fresh(placed.problem);
+            ExpertsGrads only;
+            if (which == 0) only.top_k_weights = fresh.w.view(), only.down_bias = fresh.bd.view();
+            if (which == 1) only.hidden_states = fresh.x.view();
+            if (which == 2) only.down_proj = fresh.down.view();
+            ExpertsInterface::global().backward("grouped_mm", placed.problem, dout_dev.view(), only);
+            device_synchronize(Device::kCUDA);
+            const HostGrads got{to_host(fresh.x),    to_host(fresh.w),  to_host(fresh.up),
+                                to_host(fresh.down), to_host(fresh.bu), to_host(fresh.bd)};
+            if (which == 0) EXPECT_TRUE(bitwise_equal(want.w, got.w) && bitwise_equal(want.bd, got.bd));
+            if (which == 1) EXPECT_TRUE(bitwise_equal(want.x, got.x));
+            if (which == 2) EXPECT_TRUE(bitwise_equal(want.down, got.down));
+            const auto* up = static_cast<const uint16_t*>(got.up.data());
+            EXPECT_EQ(up[0], 0xffffu);  // never asked for: untouched
+        }
     }
 }
 
@@ -183,12 +223,13 @@ TEST(BackwardCudaOnly, OnlyItsBackendsHaveOne) {
     EXPECT_FALSE(reg.get("eager").has_backward(Device::kCUDA));
     EXPECT_TRUE(reg.get("batched_mm").has_backward(Device::kCUDA));
     EXPECT_TRUE(reg.get("grouped_mm").has_backward(Device::kCUDA));
+    EXPECT_TRUE(reg.get("sonicmoe").has_backward(Device::kCUDA));
     MOEX_NEED_CUDA();
     HostProblem hp(4, 16, 8, 2, 1, Variant{}, 81);
     const PlacedProblem placed = place(hp.problem(), Device::kCUDA);
     const DeviceTensor dout = DeviceTensor::from_host(grad_out_for(hp.problem(), 82).view(), Device::kCUDA);
     expect_error([&] { reg.backward("eager", placed.problem, dout.view(), ExpertsGrads{}); }, ErrorCode::kUnsupported,
-                 "backends with one there: batched_mm, grouped_mm");
+                 "backends with one there: batched_mm, grouped_mm, sonicmoe");
 }
 
 }  // namespace

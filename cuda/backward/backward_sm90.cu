@@ -3,7 +3,8 @@
 //   routing (128-row expert blocks) -> gathered rows of x and of dO (zero padding rows)
 //   -> A = X Wuᵀ + bu and G = dO Wd (the forward's sm_90a grouped GEMM, f32 out) -> per slot h, dw, dA (gate_grad,
 //   which also writes dA and w·h in bf16) -> dX rows = dA Wu (grouped GEMM, f32) and the per-token sum
-//   -> dWu = dAᵀ X, dWd = dOᵀ (w h) (weight_grad_sm90: the expert's rows are the K loop) -> bias column sums (f32 rows).
+//   -> dWu = dAᵀ X, dWd = dOᵀ (w h) (weight_grad_sm90: the expert's rows are the K loop) -> bias column sums (f32
+//   rows).
 // Nothing (S, H)-sized is kept from the forward: the forward's activations are recomputed from x. No float atomics:
 // every output has one fixed order, so two runs give the same bits.
 #include <cstdlib>
@@ -112,14 +113,14 @@ void run_experts_backward_sm90(const ExpertsBackwardArgs& b, cudaStream_t stream
     Workspace ws(stream);
     const RoutingBuffers rb = reserve_routing(ws, S, E, kRowAlign, kRowAlign);
     const int64_t P = rb.rows_bound;
-    const size_t x_rows = ws.reserve(size_t(P * H * es));                      // (P, H) gathered x
-    const size_t do_rows = ws.reserve(size_t(P * H * es));                     // (P, H) gathered dO
-    const size_t row_w = ws.reserve_n<float>(P);                               // (P,) routing weight of each row
-    const size_t au = ws.reserve_n<float>(P * N);                              // (P, N) up projection, then dA
-    const size_t gh = ws.reserve_n<float>(P * I);                              // (P, I) G = dO Wd, then h
-    const size_t da16 = ws.reserve(size_t(P * N * es));                        // (P, N) dA in bf16
-    const size_t wh16 = ws.reserve(size_t(P * I * es));                        // (P, I) w·h in bf16
-    const size_t dx_rows = b.grad_hidden ? ws.reserve_n<float>(P * H) : 0;     // (P, H) dA Wu
+    const size_t x_rows = ws.reserve(size_t(P * H * es));                   // (P, H) gathered x
+    const size_t do_rows = ws.reserve(size_t(P * H * es));                  // (P, H) gathered dO
+    const size_t row_w = ws.reserve_n<float>(P);                            // (P,) routing weight of each row
+    const size_t au = ws.reserve_n<float>(P * N);                           // (P, N) up projection, then dA
+    const size_t gh = ws.reserve_n<float>(P * I);                           // (P, I) G = dO Wd, then h
+    const size_t da16 = ws.reserve(size_t(P * N * es));                     // (P, N) dA in bf16
+    const size_t wh16 = ws.reserve(size_t(P * I * es));                     // (P, I) w·h in bf16
+    const size_t dx_rows = b.grad_hidden ? ws.reserve_n<float>(P * H) : 0;  // (P, H) dA Wu
     ws.allocate();
     const RoutingArgs r = rb.args(ws, a.top_k_index, a.ids_i64);
     launch_routing(r, stream);
@@ -181,17 +182,22 @@ void run_experts_backward_sm90(const ExpertsBackwardArgs& b, cudaStream_t stream
     if (b.grad_hidden) {
         m.dx.A = ws.at<void>(da16), m.dx.D = ws.at<void>(dx_rows);
         launch_grouped_gemm(m.dx, stream);
-        backward::launch_token_sum(
-            {.rows = ws.at<float>(dx_rows), .slot_row = r.slot_row, .out = b.grad_hidden, .T = a.T, .H = H, .k = a.k,
-             .dtype = a.dtype},
-            stream);
+        backward::launch_token_sum({.rows = ws.at<float>(dx_rows),
+                                    .slot_row = r.slot_row,
+                                    .out = b.grad_hidden,
+                                    .T = a.T,
+                                    .H = H,
+                                    .k = a.k,
+                                    .dtype = a.dtype},
+                                   stream);
     }
     if (b.grad_gate_up) {
         m.dwu.A = ws.at<void>(a.is_transposed ? x_rows : da16), m.dwu.B = ws.at<void>(a.is_transposed ? da16 : x_rows);
         launch_weight_grad_sm90(m.dwu, stream);
     }
     if (b.grad_down) {
-        m.dwd.A = ws.at<void>(a.is_transposed ? wh16 : do_rows), m.dwd.B = ws.at<void>(a.is_transposed ? do_rows : wh16);
+        m.dwd.A = ws.at<void>(a.is_transposed ? wh16 : do_rows),
+        m.dwd.B = ws.at<void>(a.is_transposed ? do_rows : wh16);
         launch_weight_grad_sm90(m.dwd, stream);
     }
     auto column_sums = [&](const backward::RowOperand& src, void* out, int64_t L) {

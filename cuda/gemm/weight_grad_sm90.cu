@@ -71,7 +71,8 @@ const char* weight_grad_sm90_why_not(const WeightGradGemmArgs& a) {
 
 void launch_weight_grad_sm90(const WeightGradGemmArgs& a, void* stream) {
     const char* why = weight_grad_sm90_why_not(a);
-    MOEX_REQUIRE(why == nullptr, ErrorCode::kUnsupported, std::string("sm90 weight-gradient GEMM: ") + (why ? why : ""));
+    MOEX_REQUIRE(why == nullptr, ErrorCode::kUnsupported,
+                 std::string("sm90 weight-gradient GEMM: ") + (why ? why : ""));
     const DeviceState& dev = device_state();
     const auto s = as_stream(stream);
     if (a.dtype == DType::kBF16)
