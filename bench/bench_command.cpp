@@ -39,7 +39,7 @@ struct BenchArgs {
     double case_seconds = 0, max_weight_gb = 0, peak_gflops = 0, peak_gbps = 0;
     int64_t read_mib = 1024, gemm_n = 2048;
     uint64_t seed = 0;
-    bool json = false, floor_only = false, graph = false;
+    bool json = false, floor_only = false, graph = false, backward = false;
 };
 
 // CUDA: one call is 10 µs–30 ms, so more repetitions in less time; the full models (deepseek-v3: 22.5 GB of bf16) fit
@@ -111,6 +111,11 @@ BenchConfig make_config(BenchArgs& a) {
     if (a.tokens.empty()) a.tokens = d.tokens;
     if (a.backends.empty()) a.backends = d.backends;
     c.graph = a.graph;
+    c.backward = a.backward;
+    MOEX_REQUIRE(!a.backward || c.device == Device::kCUDA, ErrorCode::kInvalidArgument,
+                 "--backward times the CUDA backward: it needs --device cuda");
+    MOEX_REQUIRE(!a.backward || a.quant == "none", ErrorCode::kInvalidArgument,
+                 "--backward: quantized experts have no backward (their codes have no gradient)");
     c.dtype = common::parse_activation_dtype(a.dtype);
     c.threads = common::resolve_threads(a.threads);
     MOEX_REQUIRE(a.reps >= 1 && a.warmup >= 0, ErrorCode::kInvalidArgument, "--reps must be >= 1, --warmup >= 0");
@@ -214,6 +219,7 @@ void run_shape(const ShapePlan& plan, const BenchArgs& a, const BenchConfig& con
                     .dtype = config.dtype,
                     .threads = config.threads,
                     .graph = config.graph,
+                    .backward = config.backward,
                     .weight_bytes = weight_bytes_per_element(config),
                     .quant = quant_label(config)};
             try {
@@ -277,7 +283,7 @@ void run(BenchArgs a) {
     if (backends.empty())
         fail(ErrorCode::kUnsupported, "no selected backend can run on " + std::string(device_name(config.device)));
 
-    report.table_start(config.device);
+    report.table_start(config.device, config.backward);
     Outcome outcome;
     for (const auto& plan : plans) run_shape(plan, a, config, backends, floor, report, outcome);
     const int failures = outcome.failures + judge_below_floor(outcome.below, a, config, floor, report);
@@ -323,6 +329,8 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--scale-fmt", a->scale_fmt, "fp8_block scales: float or ue8m0")->capture_default_str();
     cmd->add_option("--activation-scheme", a->activation_scheme, "dynamic or none (default: dynamic for fp8_block)");
     cmd->add_flag("--graph", a->graph, "CUDA: time replays of a CUDA graph (8 calls captured, replay ÷ 8)");
+    cmd->add_flag("--backward", a->backward,
+                  "CUDA: time the backward pass (gradients of x, the routing weights and both projections)");
     cmd->add_flag("--floor-only", a->floor_only, "Print the floor terms, time nothing");
     cmd->add_flag("--json", a->json, "JSON lines on stdout instead of the text table");
     cmd->add_option("--json-file", a->json_file, "Also write the JSON lines to this file (the table stays on stdout)");

@@ -1,5 +1,6 @@
 // CUDA timing of `moex bench`: weights made on the host chunk by chunk and copied, routing sets uploaded once per T,
-// cuda::time_us around one call (or one graph replay of kRoutingSets calls), then the checked output of set 0.
+// cuda::time_us around one call (or one graph replay of kRoutingSets calls), then the checked output of set 0. With
+// --backward a call is the backward pass (every gradient; dO random) and the checked output is dx.
 #include "bench/cuda_cases.h"
 
 #include <fmt/format.h>
@@ -8,6 +9,7 @@
 
 #include "bench/output_check.h"
 #include "common/random_data.h"
+#include "moex/backward.h"
 #include "moex/device.h"
 #include "moex/error.h"
 #if MOEX_WITH_CUDA
@@ -44,6 +46,7 @@ DeviceTensor device_weights(DType dtype, std::initializer_list<int64_t> shape, u
 struct CaseInputs {  // of one T, shared by every backend
     int64_t T = -1;
     DeviceTensor x;                            // (T, H)
+    DeviceTensor dout;                         // (T, H) --backward: the output's gradient
     std::vector<DeviceTensor> index, weights;  // per routing set: (T, k) i64, (T, k) f32
     std::vector<int64_t> touched;              // per routing set: distinct experts
 };
@@ -57,15 +60,27 @@ struct Calls {
     TensorView scratch;                    // (T, H): graph mode, for the eager call time_us makes before capturing
     bool graph = false;
     int invocations = 0;
+    // --backward: dO and the gradients other than dx (which goes to `out` or `scratch` as the forward's output does).
+    bool backward = false;
+    TensorView dout;
+    ExpertsGrads grads;
+
+    // One forward, or one backward with dx into `dst`.
+    void call(const ExpertsProblem& p, const TensorView& dst, const RunOptions& options) const {
+        if (!backward) return backend->run(p, dst, options);
+        ExpertsGrads g = grads;
+        g.hidden_states = dst;
+        backend->backward(p, dout, g, options);
+    }
 };
 
 void invoke(void* ctx, void* stream) {
     auto& c = *static_cast<Calls*>(ctx);
     const RunOptions options{.cuda_stream = stream};
     const int n = c.invocations++;
-    if (!c.graph) return c.backend->run(c.problems[size_t(n % kRoutingSets)], c.out, options);
+    if (!c.graph) return c.call(c.problems[size_t(n % kRoutingSets)], c.out, options);
     const TensorView& out = n == 0 ? c.scratch : c.out;
-    for (int j = 1; j <= kRoutingSets; ++j) c.backend->run(c.problems[size_t(j % kRoutingSets)], out, options);
+    for (int j = 1; j <= kRoutingSets; ++j) c.call(c.problems[size_t(j % kRoutingSets)], out, options);
 }
 
 class CudaShapeBench : public CaseRunner {
@@ -118,6 +133,10 @@ const CaseInputs& CudaShapeBench::inputs(int64_t T) {
     Tensor x(config_.dtype, {T, m.H});
     common::fill_random(x.view(), 1.0, seed, common::Distribution::kNormal, config_.threads);
     in_.x = DeviceTensor::from_host(x.view(), Device::kCUDA);
+    if (config_.backward) {
+        common::fill_random(x.view(), 1.0, common::mix_seed(seed, 99), common::Distribution::kNormal, config_.threads);
+        in_.dout = DeviceTensor::from_host(x.view(), Device::kCUDA);
+    }
     for (int s = 0; s < kRoutingSets; ++s) {
         Tensor index(DType::kI64, {T, m.k}), weights(DType::kF32, {T, m.k});
         common::random_routing(index.view(), weights.view(), plan_.E, common::mix_seed(seed, uint64_t(s) + 7));
@@ -147,7 +166,7 @@ int64_t CudaShapeBench::workspace_of_one_call(Calls& calls) const {
 #if MOEX_WITH_CUDA
     device_synchronize(Device::kCUDA);
     cuda::reset_workspace_peak();
-    calls.backend->run(calls.problems[0], calls.graph ? calls.scratch : calls.out, RunOptions{});
+    calls.call(calls.problems[0], calls.graph ? calls.scratch : calls.out, RunOptions{});
     device_synchronize(Device::kCUDA);
     return int64_t(cuda::workspace_peak_bytes());
 #else
@@ -162,7 +181,7 @@ std::vector<float> CudaShapeBench::output_of_set0(Calls& calls, DeviceTensor& ou
     if (!calls.graph) {
         out.fill_bytes(0xff);
         device_synchronize(Device::kCUDA);
-        calls.backend->run(calls.problems[0], out.view(), RunOptions{});
+        calls.call(calls.problems[0], out.view(), RunOptions{});
         device_synchronize(Device::kCUDA);
     }
     Tensor host(config_.dtype, {out.view().shape[0], out.view().shape[1]});
@@ -189,6 +208,18 @@ CaseResult CudaShapeBench::run(const Backend& backend, int64_t T) {
     DeviceTensor out(config_.dtype, out_shape, 2, Device::kCUDA);
     DeviceTensor scratch = config_.graph ? DeviceTensor(config_.dtype, out_shape, 2, Device::kCUDA) : DeviceTensor();
     Calls calls{.backend = &backend, .out = out.view(), .scratch = scratch.view(), .graph = config_.graph};
+    // --backward: every gradient but dx (which takes the forward output's place) in buffers of this case.
+    DeviceTensor dw, dwu, dwd;
+    if (config_.backward) {
+        const int64_t w_shape[2] = {T, m.k};
+        dw = DeviceTensor(DType::kF32, w_shape, 2, Device::kCUDA);
+        dwu = DeviceTensor(config_.dtype, gate_up_[0].view().shape, 3, Device::kCUDA);
+        dwd = DeviceTensor(config_.dtype, down_[0].view().shape, 3, Device::kCUDA);
+        calls.backward = true;
+        calls.dout = in.dout.view();
+        calls.grads.top_k_weights = dw.view(), calls.grads.gate_up_proj = dwu.view();
+        calls.grads.down_proj = dwd.view();
+    }
     for (int s = 0; s < kRoutingSets; ++s) {
         ExpertsProblem p;
         p.hidden_states = in.x.view();
@@ -203,6 +234,10 @@ CaseResult CudaShapeBench::run(const Backend& backend, int64_t T) {
     CaseResult res;
     if (auto why = backend.why_not(calls.problems[0])) {
         res.skip = *why;
+        return res;
+    }
+    if (config_.backward && !backend.has_backward(Device::kCUDA)) {
+        res.skip = "it has no backward on cuda";
         return res;
     }
     if (config_.graph && backend.host_synchronizes(Device::kCUDA)) {

@@ -23,7 +23,7 @@ std::string shape_label(const ShapePlan& p) {
     return p.E == p.model.E ? std::string(p.model.name) : fmt::format("{}/E{}", p.model.name, p.E);
 }
 
-std::string backend_label(const Row& r) { return r.backend + (r.graph ? "+graph" : ""); }
+std::string backend_label(const Row& r) { return r.backend + (r.backward ? "+bwd" : "") + (r.graph ? "+graph" : ""); }
 
 Json result_json(const Row& r, const Derived& d) {
     const auto& p = *r.plan;
@@ -38,6 +38,7 @@ Json result_json(const Row& r, const Derived& d) {
               {"T", r.T},
               {"backend", r.backend},
               {"graph", r.graph},
+              {"backward", r.backward},
               {"dtype", std::string(dtype_name(r.dtype))},
               {"quant", r.quant.empty() ? std::string("none") : r.quant},
               {"weight_bytes", r.weight_bytes},
@@ -74,6 +75,14 @@ Derived derive(const Row& row, const MachineFloor& floor) {
     d.gbytes = (row.weight_bytes * 3.0 * double(m.H) * double(m.I) * row.result.e_touched +
                 esize * 2.0 * double(row.T) * double(m.H)) *
                1e-9;
+    if (row.backward) {
+        // dX and dW of both projections (twice the forward's FLOPs; the forward GEMMs it recomputes are not counted);
+        // the touched weights read twice, every expert's weight gradient written once, x and dO read, dx written.
+        d.gflop *= 2.0;
+        d.gbytes = (esize * 3.0 * double(m.H) * double(m.I) * (2.0 * row.result.e_touched + double(row.plan->E)) +
+                    esize * 3.0 * double(row.T) * double(m.H)) *
+                   1e-9;
+    }
     if (floor.gemm_gflops > 0 && floor.read_gbps > 0)
         d.floor_us = std::max(d.gflop / floor.gemm_gflops, d.gbytes / floor.read_gbps) * 1e6;
     const double us = row.result.median_us;
@@ -84,7 +93,7 @@ Derived derive(const Row& row, const MachineFloor& floor) {
     }
     const bool full = row.plan->E == m.E;
     const bool plain = row.quant.empty();  // the baselines are of unquantized experts
-    if (row.device == Device::kCUDA && row.dtype == DType::kBF16 && full && plain && us > 0)
+    if (row.device == Device::kCUDA && row.dtype == DType::kBF16 && full && plain && !row.backward && us > 0)
         d.hf = hf_best(m.name, row.T);
     return d;
 }
@@ -173,11 +182,18 @@ void Reporter::note(const std::string& text) {
     if (text_) line("note: " + text);
 }
 
-void Reporter::table_start(Device device) {
+void Reporter::table_start(Device device, bool backward) {
     if (!text_) return;
     line("columns: µs = median time of one experts call (fresh uniform routing per repetition, weights not in cache);");
-    line("  FLOPs = 6·T·k·H·I;  bytes = w·3·H·I·E_touched + dtype·2·T·H, E_touched counted from the routing, w the");
-    line("  bytes of one expert weight as stored (the dtype, or FP8 / FP4 codes plus their scales);");
+    if (backward) {
+        line("  +bwd: the backward pass, every gradient (x, routing weights, gate_up_proj, down_proj);");
+        line("  FLOPs = 12·T·k·H·I (dX and dW of both projections; the forward GEMMs it recomputes are not counted);");
+        line("  bytes = dtype·3·H·I·(2·E_touched + E) + dtype·3·T·H (weights read twice, gradients written once);");
+    } else {
+        line(
+            "  FLOPs = 6·T·k·H·I;  bytes = w·3·H·I·E_touched + dtype·2·T·H, E_touched counted from the routing, w the");
+        line("  bytes of one expert weight as stored (the dtype, or FP8 / FP4 codes plus their scales);");
+    }
     if (device == Device::kCPU) {
         line("  ×floor = t / floor;  the peers (transformers, llama.cpp) in the same run: bench/cpu_side_by_side.sh.");
         line(fmt::format("{:<18} {:>5} {:<11} {:>12} {:>8} {:>7} {:>7} {:>7}  {}", "shape", "T", "backend", "µs",
@@ -206,6 +222,7 @@ void Reporter::row(const Row& r, const MachineFloor& floor) {
                   {"T", r.T},
                   {"backend", r.backend},
                   {"graph", r.graph},
+                  {"backward", r.backward},
                   {"reason", skip ? r.result.skip : r.error}}
                  .dump());
         if (text_)

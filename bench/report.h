@@ -20,6 +20,7 @@ struct Row {
     DType dtype = DType::kBF16;
     int threads = 1;
     bool graph = false;       // CUDA-graph replay
+    bool backward = false;    // the backward pass was timed
     double weight_bytes = 2;  // per expert-weight element (weight_bytes_per_element): dtype or FP8/FP4 + scales
     std::string quant;        // "" or the quantized format, e.g. "fp8_block 128x128 float, act dynamic"
     CaseResult result;
@@ -27,7 +28,7 @@ struct Row {
 };
 
 struct Derived {
-    double gflop = 0, gbytes = 0;      // 6·T·k·H·I; w·3·H·I·E_touched + dtype·2·T·H
+    double gflop = 0, gbytes = 0;      // 6·T·k·H·I; w·3·H·I·E_touched + dtype·2·T·H (backward: see derive)
     double gflops = 0, gbps = 0;       // per second at the median
     double floor_us = 0, x_floor = 0;  // max(FLOPs / GEMM rate, bytes / bandwidth); median ÷ floor (0: no floor)
     std::optional<HfBaseline> hf;      // CUDA, bf16, the model's own E: Hugging Face's best (baselines.h)
@@ -44,7 +45,7 @@ class Reporter {
     void header(const CpuInfo& cpu, const MachineFloor& floor, const BenchConfig& config,
                 const std::string& commandline);
     void note(const std::string& text);
-    void table_start(Device device);
+    void table_start(Device device, bool backward = false);
     void row(const Row& row, const MachineFloor& floor);
 
    private:

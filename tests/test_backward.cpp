@@ -219,11 +219,14 @@ TEST(Backward, DeviceWithoutBackwardRefused) {
     for (TensorView* t : {&p.hidden_states, &p.top_k_index, &p.top_k_weights, &p.gate_up_proj, &p.down_proj, &g})
         t->device = Device::kCUDA;  // never dereferenced: refused first
     const ExpertsInterface& reg = ExpertsInterface::global();
-    EXPECT_EQ(reg.backward_names_text(Device::kCUDA), "batched_mm, grouped_mm");
+    EXPECT_EQ(reg.backward_names_text(Device::kCUDA), "batched_mm, grouped_mm, sonicmoe");
     expect_error([&] { reg.backward("eager", p, g, ExpertsGrads{}); }, ErrorCode::kUnsupported,
-                 "`eager` has no backward on cuda; backends with one there: batched_mm, grouped_mm");
+                 "`eager` has no backward on cuda; backends with one there: batched_mm, grouped_mm, sonicmoe");
+    expect_error([&] { reg.backward("deepgemm", p, g, ExpertsGrads{}); }, ErrorCode::kUnsupported,
+                 "backends with one there: batched_mm, grouped_mm, sonicmoe");
+    // sonicmoe's backward keeps its forward's contract: f32 experts are refused by name before any kernel.
     expect_error([&] { reg.backward("sonicmoe", p, g, ExpertsGrads{}); }, ErrorCode::kUnsupported,
-                 "backends with one there: batched_mm, grouped_mm");
+                 "sonicmoe backward: ");
 #if !MOEX_WITH_CUDA  // with CUDA these views would reach the kernels: tests/test_backward_cuda.cpp runs real ones
     expect_error([&] { reg.backward("grouped_mm", p, g, ExpertsGrads{}); }, ErrorCode::kUnsupported,
                  "experts backward on cuda: this build of moex has no CUDA support");

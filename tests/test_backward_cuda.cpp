@@ -183,12 +183,13 @@ TEST(BackwardCudaOnly, OnlyItsBackendsHaveOne) {
     EXPECT_FALSE(reg.get("eager").has_backward(Device::kCUDA));
     EXPECT_TRUE(reg.get("batched_mm").has_backward(Device::kCUDA));
     EXPECT_TRUE(reg.get("grouped_mm").has_backward(Device::kCUDA));
+    EXPECT_TRUE(reg.get("sonicmoe").has_backward(Device::kCUDA));
     MOEX_NEED_CUDA();
     HostProblem hp(4, 16, 8, 2, 1, Variant{}, 81);
     const PlacedProblem placed = place(hp.problem(), Device::kCUDA);
     const DeviceTensor dout = DeviceTensor::from_host(grad_out_for(hp.problem(), 82).view(), Device::kCUDA);
     expect_error([&] { reg.backward("eager", placed.problem, dout.view(), ExpertsGrads{}); }, ErrorCode::kUnsupported,
-                 "backends with one there: batched_mm, grouped_mm");
+                 "backends with one there: batched_mm, grouped_mm, sonicmoe");
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 // Host side of the sm_90a grouped GEMM: tensor maps, grid size, cluster launch, and the instantiation list.
 // launch_grouped_gemm_sm90 = choose_grouped_gemm_sm90_config (sm90_config.cuh) + launch_grouped_gemm_sm90_with.
 #include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,37 +13,13 @@
 #include "cuda/gemm/grouped_gemm.h"
 #include "cuda/gemm/grouped_gemm_sm90.cuh"
 #include "cuda/gemm/sm90_config.h"
+#include "cuda/gemm/tensor_map.h"
 
 namespace moex::cuda {
 namespace {
 
 using sm90::EpiKind;
 using sm90::Sm90Params;
-
-PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
-    static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-        void* p = nullptr;
-        cudaDriverEntryPointQueryResult q{};
-        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
-        MOEX_REQUIRE(q == cudaDriverEntryPointSuccess && p, ErrorCode::kCuda,
-                     "grouped_gemm_sm90: cuTensorMapEncodeTiled not found in the driver");
-        return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-    }();
-    return fn;
-}
-
-// Row-major tensor of `rank` dims (innermost first), 128B swizzle, zero fill out of bounds.
-CUtensorMap make_map(const void* base, CUtensorMapDataType type, uint32_t rank, const cuuint64_t* dims,
-                     const cuuint64_t* strides_bytes, const cuuint32_t* box) {
-    CUtensorMap map;
-    const cuuint32_t unit[3] = {1, 1, 1};
-    const CUresult r = encode_fn()(&map, type, rank, const_cast<void*>(base), dims, strides_bytes, box, unit,
-                                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    MOEX_REQUIRE(r == CUDA_SUCCESS, ErrorCode::kCuda,
-                 "grouped_gemm_sm90: cuTensorMapEncodeTiled failed (" + std::to_string(static_cast<int>(r)) + ")");
-    return map;
-}
 
 // Per kernel instantiation and device: the shared-memory opt-in (once) and how many 2-CTA clusters fit.
 template <typename T, bool kBNMajor, EpiKind kEpi, bool kFp8>
@@ -93,16 +68,16 @@ bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStrea
     {
         const cuuint64_t dims[2] = {K, P}, strides[1] = {K * kEsz};
         const cuuint32_t box[2] = {kBoxK, sm90::kBlockM};
-        p.map_a = make_map(a.A, kInType, 2, dims, strides, box);
+        p.map_a = make_tensor_map_128b(a.A, kInType, 2, dims, strides, box);
     }
     if (!kBNMajor) {
         const cuuint64_t dims[3] = {K, N, E}, strides[2] = {K * kEsz, N * K * kEsz};
         const cuuint32_t box[3] = {kBoxK, sm90::kBlockN / 2, 1};
-        p.map_b = make_map(a.B, kInType, 3, dims, strides, box);
+        p.map_b = make_tensor_map_128b(a.B, kInType, 3, dims, strides, box);
     } else {
         const cuuint64_t dims[3] = {N, K, E}, strides[2] = {N * kEsz, K * N * kEsz};
         const cuuint32_t box[3] = {64, sm90::kBlockK, 1};
-        p.map_b = make_map(a.B, kType, 3, dims, strides, box);
+        p.map_b = make_tensor_map_128b(a.B, kType, 3, dims, strides, box);
     }
     {
         const CUtensorMapDataType d_type = kEpi == EpiKind::kStoreF32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
@@ -110,7 +85,7 @@ bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStrea
                                                                       : kType;
         const cuuint64_t dims[2] = {n_out, P}, strides[1] = {n_out * d_esz};
         const cuuint32_t box[2] = {static_cast<cuuint32_t>(128 / d_esz), 64};
-        p.map_d = make_map(a.D, d_type, 2, dims, strides, box);
+        p.map_d = make_tensor_map_128b(a.D, d_type, 2, dims, strides, box);
     }
     p.epi.bias = a.bias;
     p.epi.row_scale = a.row_scale;

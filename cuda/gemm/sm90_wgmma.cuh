@@ -79,24 +79,26 @@ __device__ __forceinline__ void regs_lower() {
     "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
 
 // d(64x256 per warpgroup) = (accumulate ? d : 0) + A(64x16) · B(16x256). T: __nv_bfloat16 or __half.
-// kTransB: B is MN-major in shared memory (weights stored (E, K, N)).
-template <typename T, bool kTransB>
+// kTransB: B is MN-major in shared memory (weights stored (E, K, N)); kTransA: A is MN-major (the weight gradient's
+// rows, weight_grad_sm90.cuh), its descriptor built as B's MN-major one.
+template <typename T, bool kTransB, bool kTransA = false>
 __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b,
                                                  uint32_t accumulate) {
     if constexpr (std::is_same_v<T, __nv_bfloat16>) {
         asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
             "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " MOEX_WGMMA_DREGS
-            ", %128, %129, p, 1, 1, 0, %131;\n}"
+            ", %128, %129, p, 1, 1, %132, %131;\n}"
             : MOEX_WGMMA_D128
-            : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB ? 1 : 0));
+            : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB ? 1 : 0), "n"(kTransA ? 1 : 0));
     } else {
         static_assert(std::is_same_v<T, __half>, "wgmma operands are bf16 or f16");
         asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " MOEX_WGMMA_DREGS ", %128, %129, p, 1, 1, 0, %131;\n}"
+            "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " MOEX_WGMMA_DREGS
+            ", %128, %129, p, 1, 1, %132, %131;\n}"
             : MOEX_WGMMA_D128
-            : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB ? 1 : 0));
+            : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransB ? 1 : 0), "n"(kTransA ? 1 : 0));
     }
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "moex/backend.h"
+#include "moex/error.h"
 #include "src/backends/cuda_bridge.h"
 #include "src/core/finite_check.h"
 
@@ -78,14 +79,16 @@ class CudaRestriction final : public Backend {
    public:
     // Why the restriction refuses a problem the CUDA algorithm could run; nullopt = it accepts it.
     using Refusal = std::optional<std::string> (*)(const ExpertsProblem&);
+    // with_backward: the CUDA experts backward (experts_backward) serves it, under the same refusals.
     CudaRestriction(std::string_view name, std::string_view description, std::vector<DType> dtypes, cuda::Algo cuda,
-                    Refusal refusal, std::vector<QuantFormat> quant = {})
+                    Refusal refusal, std::vector<QuantFormat> quant = {}, bool with_backward = false)
         : name_(name),
           description_(description),
           dtypes_(std::move(dtypes)),
           quant_(std::move(quant)),
           cuda_(cuda),
-          refusal_(refusal) {}
+          refusal_(refusal),
+          with_backward_(with_backward) {}
     std::string_view name() const override { return name_; }
     std::string_view description() const override { return description_; }
     std::vector<Device> devices() const override { return {Device::kCUDA}; }
@@ -107,6 +110,13 @@ class CudaRestriction final : public Backend {
         run_cuda(p, out, cuda_, options);
         core::check_finite(p, out, options, name_);
     }
+    bool has_backward(Device device) const override { return device == Device::kCUDA && with_backward_; }
+    void backward(const ExpertsProblem& p, const TensorView& grad_out, const ExpertsGrads& grads,
+                  const RunOptions& options) const override {
+        if (!has_backward(p.device())) return Backend::backward(p, grad_out, grads, options);
+        if (auto why = why_not(p)) fail(ErrorCode::kUnsupported, std::string(name_) + " backward: " + *why);
+        experts_backward(p, grad_out, grads, options.num_threads, options.cuda_stream);
+    }
 
    private:
     std::string_view name_, description_;
@@ -114,6 +124,7 @@ class CudaRestriction final : public Backend {
     std::vector<QuantFormat> quant_;
     cuda::Algo cuda_;
     Refusal refusal_;
+    bool with_backward_;
 };
 
 }  // namespace moex::backends

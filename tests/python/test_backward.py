@@ -104,17 +104,17 @@ def test_cuda_eager_has_no_backward_and_says_which_do(gen):
     x.requires_grad_(True)
     out = moex_experts.experts(x, ids, w, up, down, backend="eager")
     with pytest.raises(NotImplementedError, match="`eager` has no backward pass on cuda yet; backends with one "
-                                                  "there: batched_mm, grouped_mm"):
+                                                  "there: batched_mm, grouped_mm, sonicmoe"):
         out.sum().backward()
 
 
 def test_backends_with_backward_from_the_registry():
-    assert ops.BACKENDS_WITH_BACKWARD == ("eager", "batched_mm", "grouped_mm")
+    assert ops.BACKENDS_WITH_BACKWARD == ("eager", "batched_mm", "grouped_mm", "sonicmoe")
     info = {b["name"]: b["has_backward"] for b in moex_experts.backends()}
     assert info["grouped_mm"] == {"cpu": True, "cuda": True}
     assert info["batched_mm"] == {"cpu": True, "cuda": True}
     assert info["eager"] == {"cpu": True, "cuda": False}
-    assert info["sonicmoe"] == {"cpu": False, "cuda": False}
+    assert info["sonicmoe"] == {"cpu": False, "cuda": True}
 
 
 def test_a_backend_without_backward_says_which_have_one(gen):

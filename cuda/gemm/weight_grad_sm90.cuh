@@ -1,0 +1,184 @@
+// The sm_90a weight-gradient GEMM (weight_grad.h): a persistent, warp-specialised kernel like the grouped GEMM
+// (grouped_gemm_sm90.cuh: one TMA producer thread, two wgmma consumer warpgroups, a 4-stage ring of 48 KB), over
+// tiles (expert, 128 M, 256 N) whose K loop is the expert's rows, 64 per stage. Both operands are MN-major: a TMA box
+// is 64 consecutive M (or N) values of 64 rows, and the wgmma reads A and B transposed (sm90_wgmma.cuh). The
+// accumulators go straight to global memory, two values per store: the output (E, M, N) is small beside the rows
+// the K loop reads.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/gemm/sm90_tma.cuh"
+#include "cuda/gemm/sm90_wgmma.cuh"
+
+namespace moex::cuda::sm90::wgrad {
+
+inline constexpr int32_t kBlockM = 128, kBlockN = 256, kBlockRows = 64, kStages = 4;
+inline constexpr int32_t kThreads = 384;                       // warpgroups 0, 1: consumers; 2: producer
+inline constexpr uint32_t kBoxBytes = 64 * kBlockRows * 2;     // 64 values x 64 rows of 16 bits: 8 KB
+inline constexpr uint32_t kABytes = kBlockM / 64 * kBoxBytes;  // 16 KB
+inline constexpr uint32_t kBBytes = kBlockN / 64 * kBoxBytes;  // 32 KB
+inline constexpr uint32_t kSmemBytes = 1024 + kStages * (kABytes + kBBytes) + 2 * kStages * sizeof(uint64_t);
+static_assert(kSmemBytes <= 232448, "over the 227 KB opt-in shared memory of sm_90");
+inline constexpr uint32_t kConsumerRegs = 232, kProducerRegs = 40;
+
+struct Params {
+    CUtensorMap map_a;  // A (P, M): box 64 M x 64 rows
+    CUtensorMap map_b;  // B (P, N): box 64 N x 64 rows
+    void* C;            // (E, M, N)
+    const int32_t* expert_row_start;
+    const int32_t* expert_row_count;
+    int32_t E, M, N;
+    int32_t m_tiles, n_tiles;  // ceil(M / 128), ceil(N / 256)
+};
+
+// Two f32 values as one 32-bit pair of T (bf16 or f16), rounded to nearest even.
+template <typename T>
+__device__ __forceinline__ uint32_t pack_pair(float a, float b) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+        return *reinterpret_cast<const uint32_t*>(&v);
+    } else {
+        const __half2 v = __floats2half2_rn(a, b);
+        return *reinterpret_cast<const uint32_t*>(&v);
+    }
+}
+
+struct Tile {
+    int32_t e, m, n;
+};
+__device__ __forceinline__ Tile tile_at(const Params& p, int32_t t) {
+    const int32_t per_expert = p.m_tiles * p.n_tiles, e = t / per_expert, r = t - e * per_expert;
+    return {e, r % p.m_tiles, r / p.m_tiles};  // M fastest: the CTAs of a wave share the expert's B rows
+}
+__device__ __forceinline__ int32_t row_blocks(const Params& p, int32_t e) {
+    const int32_t c = p.expert_row_count[e];
+    return c > 0 ? (c + kBlockRows - 1) / kBlockRows : 0;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 1) weight_grad_sm90_kernel(const __grid_constant__ Params p) {
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    uint8_t* smem_a = smem;                        // kStages x 2 boxes (64 M x 64 rows)
+    uint8_t* smem_b = smem_a + kStages * kABytes;  // kStages x 4 boxes (64 N x 64 rows)
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem_b + kStages * kBBytes);
+    uint64_t* empty = full + kStages;
+
+    const uint32_t warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);
+    const uint32_t lane = threadIdx.x % 32;
+    if (threadIdx.x == 256) {
+#pragma unroll
+        for (int s = 0; s < kStages; ++s) {
+            mbar_init(&full[s], 1);   // the producer's arrive.expect_tx
+            mbar_init(&empty[s], 8);  // every consumer warp
+        }
+        fence_mbarrier_init();
+    }
+    __syncthreads();
+
+    const int32_t total = p.E * p.m_tiles * p.n_tiles;
+    uint32_t stage = 0, phase = 0;
+
+    if (warp >= 8) {
+        // ---------------------------------------------------------------- producer: one thread issues all TMA
+        regs_lower<kProducerRegs>();
+        if (warp == 8 && lane == 0) {
+            tma_prefetch_map(&p.map_a);
+            tma_prefetch_map(&p.map_b);
+            for (int32_t t = blockIdx.x; t < total; t += gridDim.x) {
+                const Tile tile = tile_at(p, t);
+                const int32_t row0 = p.expert_row_start[tile.e], blocks = row_blocks(p, tile.e);
+                // Boxes that start past M or N are not loaded (their outputs are not stored): the others' bytes.
+                const int32_t m0 = tile.m * kBlockM, n0 = tile.n * kBlockN;
+                const int32_t a_boxes = m0 + 64 < p.M ? 2 : 1;
+                const int32_t b_boxes = min(4, (p.N - n0 + 63) / 64);
+                const uint32_t bytes = static_cast<uint32_t>(a_boxes + b_boxes) * kBoxBytes;
+                for (int32_t kb = 0; kb < blocks; ++kb) {
+                    const int32_t row = row0 + kb * kBlockRows;
+                    mbar_wait(&empty[stage], phase ^ 1);
+                    mbar_arrive_expect_tx(&full[stage], bytes);
+                    for (int32_t i = 0; i < a_boxes; ++i)
+                        tma_load_2d(smem_a + stage * kABytes + i * kBoxBytes, &p.map_a, &full[stage], m0 + 64 * i, row);
+                    for (int32_t i = 0; i < b_boxes; ++i)
+                        tma_load_2d(smem_b + stage * kBBytes + i * kBoxBytes, &p.map_b, &full[stage], n0 + 64 * i, row);
+                    if (++stage == kStages) stage = 0, phase ^= 1;
+                }
+            }
+        }
+    } else {
+        // ---------------------------------------------------------------- consumers: two math warpgroups
+        regs_raise<kConsumerRegs>();
+        const uint32_t wg = warp / 4;
+        // MN-major operands (sm90_wgmma.cuh): SBO 1024 = the next 8 rows, LBO 8192 = the next box of 64 values; a
+        // 16-row K slice starts 16 lines = 2048 bytes further. Warpgroup wg reads A's box wg (its 64 M values).
+        const uint64_t desc_a0 = make_smem_desc(smem_u32(smem_a) + wg * kBoxBytes, kBoxBytes, 1024);
+        const uint64_t desc_b0 = make_smem_desc(smem_u32(smem_b), kBoxBytes, 1024);
+        constexpr uint32_t kSliceBytes = 16 * 128;
+        float acc[128];
+        auto release = [&](uint32_t s) {
+            if (lane == 0) mbar_arrive(&empty[s]);
+        };
+        for (int32_t t = blockIdx.x; t < total; t += gridDim.x) {
+            const Tile tile = tile_at(p, t);
+            const int32_t blocks = row_blocks(p, tile.e);
+            const int32_t m0 = tile.m * kBlockM + static_cast<int32_t>(wg) * 64;
+            const bool active = m0 < p.M;  // a warpgroup whose 64 M values are all past M skips its MMAs
+            uint32_t prev = 0;
+            for (int32_t kb = 0; kb < blocks; ++kb) {
+                mbar_wait(&full[stage], phase);
+                if (active) {
+                    fence_accumulators(acc);
+                    wgmma_fence();
+#pragma unroll
+                    for (uint32_t k = 0; k < kBlockRows / 16; ++k) {
+                        wgmma_m64n256k16<T, true, true>(acc, desc_advance(desc_a0, stage * kABytes + k * kSliceBytes),
+                                                        desc_advance(desc_b0, stage * kBBytes + k * kSliceBytes),
+                                                        static_cast<uint32_t>(kb) | k);
+                    }
+                    wgmma_commit();
+                    fence_accumulators(acc);
+                    wgmma_wait<1>();  // the previous stage's MMAs are done: release it, keep this one in flight
+                    if (kb > 0) release(prev);
+                } else {
+                    release(stage);
+                }
+                prev = stage;
+                if (++stage == kStages) stage = 0, phase ^= 1;
+            }
+            wgmma_wait<0>();  // unconditional: no MMA may be in flight on any path out of the loop
+            if (!active) continue;
+            fence_accumulators(acc);
+            if (blocks > 0) release(prev);
+            const bool zero = blocks == 0;  // an expert without rows: a zero gradient (acc was never written)
+            // Register 4j + i: row 16·(warp % 4) + lane / 4 + 8·(i / 2), column 8j + 2·(lane % 4) + (i % 2). Two row
+            // pointers and immediate offsets along the row: the addresses must not outgrow the 128 accumulators' room.
+            const int32_t r_lo = m0 + 16 * static_cast<int32_t>(warp % 4) + static_cast<int32_t>(lane / 4);
+            const int32_t c0 = tile.n * kBlockN + 2 * static_cast<int32_t>(lane % 4);
+            T* row_lo = static_cast<T*>(p.C) + (int64_t(tile.e) * p.M + r_lo) * p.N + c0;
+            T* row_hi = row_lo + 8 * int64_t(p.N);
+            const bool lo_in = r_lo < p.M, hi_in = r_lo + 8 < p.M;
+            const int32_t pairs_in = (p.N - c0 + 7) / 8;  // column c0 + 8j < N (N even: a pair is in or out whole)
+            // The pairs packed first: 64 registers instead of 128 while the addresses are formed.
+            uint32_t packed[64];
+#pragma unroll
+            for (int i = 0; i < 64; ++i) packed[i] = zero ? 0u : pack_pair<T>(acc[2 * i], acc[2 * i + 1]);
+            auto* lo = reinterpret_cast<uint32_t*>(row_lo);
+            auto* hi = reinterpret_cast<uint32_t*>(row_hi);
+#pragma unroll
+            for (int j = 0; j < 32; ++j) {
+                if (j < pairs_in) {
+                    if (lo_in) lo[4 * j] = packed[2 * j];
+                    if (hi_in) hi[4 * j] = packed[2 * j + 1];
+                }
+            }
+        }
+    }
+}
+
+}  // namespace moex::cuda::sm90::wgrad
