@@ -75,9 +75,21 @@ using batched::Proj;
 using batched::ProjArgs;
 using batched::ProjConfig;
 
+// MOEX_BATCHED_DEEP=0: the 8-loads-per-thread loop for unquantized 16-bit weights at <= 16 token rows too (A/B).
+bool deep_loads() {
+    static const bool on = [] {
+        const char* v = std::getenv("MOEX_BATCHED_DEEP");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    return on;
+}
+
 template <class T, Loop kLoop, int RT, int NT, int V, bool kQuant, bool kF8 = false>
 void launch_kernel(const ProjArgs& a, const ProjConfig& c, dim3 grid, cudaStream_t stream) {
-    auto kernel = batched::batched_proj_kernel<T, kLoop, RT, NT, V, kQuant, kF8>;
+    // Unquantized 16-bit weights and at most 16 token rows per tile: 16 weight loads in flight per thread.
+    constexpr bool kDeepable = kLoop == Loop::kMma && !kQuant && NT <= 2 && sizeof(T) == 2;
+    auto kernel = kDeepable && deep_loads() ? batched::batched_proj_kernel<T, kLoop, RT, NT, V, kQuant, kF8, kDeepable>
+                                            : batched::batched_proj_kernel<T, kLoop, RT, NT, V, kQuant, kF8>;
     allow_dynamic_smem(kernel, c.smem);
     // Programmatic dependent launch hides the launch gap between the chain's kernels (pdl.cuh).
     launch_pdl(kernel, grid, dim3(batched::kThreads), c.smem, stream, a);

@@ -114,7 +114,7 @@ __device__ __forceinline__ void decode16(const WeightScales& s, uint4 raw, int64
 // sacc[ks][row][token] (pitch mc + 1). V: 16-byte vectors of T per thread and k step (V > 1: quantized codes, one
 // 16-byte load of 8V codes feeds V vectors, and a k step is 32V deep). kF8 (V = 2, a.x_e4m3): e4m3 weights and
 // activations straight into the FP8 MMA, the same 16 codes per thread and k step.
-template <class T, int RT, int NT, bool kQuant, int V, bool kF8>
+template <class T, int RT, int NT, bool kQuant, int V, bool kF8, bool kDeep>
 __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, const RowMap& map, float* sacc, int bw) {
     static_assert(!kF8 || (kQuant && V == 2), "the FP8 MMA loop reads 16 e4m3 codes per thread and k step");
     constexpr int64_t kXBytes = kF8 ? 1 : sizeof(T);  // bytes of one X element
@@ -160,7 +160,10 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
     const int64_t kchunk = (a.K + a.ks - 1) / a.ks;
     const int64_t kc = (kchunk + 32 * V - 1) / (32 * V) * (32 * V);  // split points on k step boundaries
     const int64_t k_begin = ks * kc, k_end = min(a.K, k_begin + kc);
-    constexpr int kU = RT == 1 ? 4 : 2;  // 32-element k steps per iteration: 8 weight loads of 16 B in flight
+    // 32-element k steps per iteration: 8 weight loads of 16 B in flight per thread, 16 with kDeep (few token rows
+    // leave the registers for it; at T = 1 a CTA with 8 loads per thread keeps ~32 KiB in flight, too little to
+    // stream at the bandwidth from the 1-2 CTAs an SM holds).
+    constexpr int kU = (RT == 1 ? 4 : 2) * (kDeep ? 2 : 1);
     const uint4 zero = {0, 0, 0, 0};
 
     // kQuant: each 32-wide k step goes into tmp, promoted onto acc at the end of each K slice (and of the split):
@@ -421,7 +424,7 @@ __device__ void fused_combine(const ProjArgs& a, int64_t n0, int bw) {
 }
 
 // Grid: x = tiles (tiles_bound; those >= *num_tiles only arrive), y = blocks of bw logical weight rows.
-template <class T, Loop kLoop, int RT, int NT, int V, bool kQuant, bool kF8 = false>
+template <class T, Loop kLoop, int RT, int NT, int V, bool kQuant, bool kF8 = false, bool kDeep = false>
 __global__ void __launch_bounds__(kThreads, 2) batched_proj_kernel(const __grid_constant__ ProjArgs a) {
     extern __shared__ float sacc[];
     const bool gate = a.proj == Proj::kUpGate;
@@ -437,7 +440,7 @@ __global__ void __launch_bounds__(kThreads, 2) batched_proj_kernel(const __grid_
     if (w < *a.num_tiles) {
         const Tile tile{a.tile_expert[w], a.tile_row0[w], a.tile_nrows[w]};
         if constexpr (kLoop == Loop::kMma) {
-            loop_mma<T, RT, NT, kQuant, V, kF8>(a, tile, map, sacc, bw);
+            loop_mma<T, RT, NT, kQuant, V, kF8, kDeep>(a, tile, map, sacc, bw);
         } else if constexpr (kLoop == Loop::kVecN) {
             loop_vecn<T, V>(a, tile, map, sacc, bw);
         } else {

@@ -58,11 +58,15 @@ template <class T, int D>
 __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const __grid_constant__ DecodeParams p) {
     pdl_enter();  // launched by launch_pdl (cuda/common/pdl.cuh)
     constexpr int C = kChunk<D>;
-    constexpr int E = kVec16<T>;           // elements per 16-byte vector
-    constexpr int LD = D + E;              // padded shared row: 16-byte shifted rows keep 16-byte reads conflict-free
-    constexpr int VPR = D / E;             // vectors per row
-    constexpr int CW = D < 128 ? D : 128;  // output columns one pass of the CTA covers
-    constexpr int kCols = D / CW, kRG = kThreads / CW, kRows = kMaxRows / kRG;
+    constexpr int E = kVec16<T>;  // elements per 16-byte vector
+    constexpr int LD = D + E;     // padded shared row: 16-byte shifted rows keep 16-byte reads conflict-free
+    constexpr int VPR = D / E;    // vectors per row
+    // Scores: thread (key j = tid % C, group sg = tid / C) dots key j with rows sg, sg + SG, ... (independent chains).
+    constexpr int SG = kThreads / C, kSRows = (kMaxRows + SG - 1) / SG;
+    // p · v: thread (cg = tid % 64, og = tid / 64) owns columns [cg·CPT, cg·CPT + CPT) of rows og, og + OG, ...
+    // A warp shares its row group, so every probability it reads from shared memory is a broadcast.
+    constexpr int CPT = D / 64, OG = kThreads / 64, kORows = kMaxRows / OG;
+    static_assert(D % 64 == 0 && kThreads % C == 0 && C % 4 == 0 && kMaxRows % OG == 0);
 
     extern __shared__ __align__(16) unsigned char smem[];
     float* q_s = reinterpret_cast<float*>(smem);               // [kMaxRows][D]
@@ -118,12 +122,13 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const __grid
         cp_async_commit();
     };
 
-    const int col0 = tid % CW, rg = tid / CW;
-    float o[kRows][kCols];
+    const int sj = tid % C, sg = tid / C;
+    const int cg = tid % 64, og = tid / 64;
+    float o[kORows][CPT];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r)
+    for (int r = 0; r < kORows; ++r)
 #pragma unroll
-        for (int c = 0; c < kCols; ++c) o[r][c] = 0.0f;
+        for (int c = 0; c < CPT; ++c) o[r][c] = 0.0f;
 
     const int64_t nchunks = ke > kb ? (ke - kb + C - 1) / C : 0;
     if (nchunks > 0) issue(kb, 0);
@@ -149,24 +154,35 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const __grid
             *reinterpret_cast<uint4*>(Vc + key * p.ld_cache + e) = *reinterpret_cast<const uint4*>(vs + j * LD + e);
         }
 
-        // Scores (base-2 logits) of every (row, key); masked keys get -inf.
-        for (int i = tid; i < M * C; i += kThreads) {
-            const int m = i / C, j = i % C;
-            const int64_t key = c0 + j, pos = pos0 + m / G;
-            float s = -INFINITY;
-            if (key < ke && key <= pos && (p.window == 0 || key > pos - p.window)) {
-                const float* qm = q_s + m * D;
-                const T* kr = ks + j * LD;
-                s = 0.0f;
-#pragma unroll 4
-                for (int e = 0; e < D; e += E) {
-                    float kf[E];
-                    load16<T>(kr + e, kf);
+        // Scores (base-2 logits) of every (row, key); masked keys get -inf. Each dot product sums in d order, one
+        // fmaf per term (the order of the other attention kernels); a thread runs its rows' chains side by side.
+        {
+            const int64_t key = c0 + sj;
+            const T* kr = ks + sj * LD;
+            float sc[kSRows];
 #pragma unroll
-                    for (int u = 0; u < E; ++u) s = fmaf(qm[e + u], kf[u], s);
+            for (int r = 0; r < kSRows; ++r) sc[r] = 0.0f;
+#pragma unroll 4
+            for (int e = 0; e < D; e += E) {
+                float kf[E];
+                load16<T>(kr + e, kf);
+#pragma unroll
+                for (int r = 0; r < kSRows; ++r) {
+                    const int m = sg + r * SG;
+                    if (m >= M) break;  // M is uniform: no divergence
+                    const float* qm = q_s + m * D + e;
+#pragma unroll
+                    for (int u = 0; u < E; ++u) sc[r] = fmaf(qm[u], kf[u], sc[r]);
                 }
             }
-            s_s[m * C + j] = s;
+#pragma unroll
+            for (int r = 0; r < kSRows; ++r) {
+                const int m = sg + r * SG;
+                if (m >= M) break;
+                const int64_t pos = pos0 + m / G;
+                const bool seen = key < ke && key <= pos && (p.window == 0 || key > pos - p.window);
+                s_s[m * C + sj] = seen ? sc[r] : -INFINITY;
+            }
         }
         __syncthreads();
 
@@ -197,28 +213,31 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const __grid
         }
         __syncthreads();
 
-        // o = o * alpha + p · v
+        // o = o * alpha + p · v, keys in order (one fmaf each); four keys' probabilities per 16-byte load.
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-            const int m = rg + r * kRG;
-            if (m < M) {
-                const float alpha = row_a[m];
+        for (int r = 0; r < kORows; ++r) {
+            const int m = og + r * OG;
+            if (m >= M) break;
+            const float alpha = row_a[m];
 #pragma unroll
-                for (int c = 0; c < kCols; ++c) o[r][c] *= alpha;
-            }
+            for (int c = 0; c < CPT; ++c) o[r][c] *= alpha;
         }
-        for (int j = 0; j < C; ++j) {
-            float vf[kCols];
+        for (int j0 = 0; j0 < C; j0 += 4) {
+            float vf[4][CPT];
 #pragma unroll
-            for (int c = 0; c < kCols; ++c) vf[c] = to_f32(vs[j * LD + col0 + c * CW]);
+            for (int j = 0; j < 4; ++j)
 #pragma unroll
-            for (int r = 0; r < kRows; ++r) {
-                const int m = rg + r * kRG;
-                if (m < M) {
-                    const float pr = s_s[m * C + j];
+                for (int c = 0; c < CPT; ++c) vf[j][c] = to_f32(vs[(j0 + j) * LD + cg * CPT + c]);
 #pragma unroll
-                    for (int c = 0; c < kCols; ++c) o[r][c] = fmaf(pr, vf[c], o[r][c]);
-                }
+            for (int r = 0; r < kORows; ++r) {
+                const int m = og + r * OG;
+                if (m >= M) break;
+                const float4 pr = *reinterpret_cast<const float4*>(s_s + m * C + j0);
+                const float pj[4] = {pr.x, pr.y, pr.z, pr.w};
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+#pragma unroll
+                    for (int c = 0; c < CPT; ++c) o[r][c] = fmaf(pj[j], vf[j][c], o[r][c]);
             }
         }
         __syncthreads();  // the stage and s_s are rewritten next iteration
@@ -231,23 +250,23 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const __grid
     };
     if (splits == 1) {
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-            const int m = rg + r * kRG;
-            if (m >= M) continue;
+        for (int r = 0; r < kORows; ++r) {
+            const int m = og + r * OG;
+            if (m >= M) break;
             const float l = row_l[m];
 #pragma unroll
-            for (int c = 0; c < kCols; ++c) store(m, col0 + c * CW, l > 0.0f ? o[r][c] / l : 0.0f);
+            for (int c = 0; c < CPT; ++c) store(m, cg * CPT + c, l > 0.0f ? o[r][c] / l : 0.0f);
         }
         return;
     }
 
     const int64_t base_row = (int64_t(kvh) * splits + split) * M;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-        const int m = rg + r * kRG;
-        if (m >= M) continue;
+    for (int r = 0; r < kORows; ++r) {
+        const int m = og + r * OG;
+        if (m >= M) break;
 #pragma unroll
-        for (int c = 0; c < kCols; ++c) p.part_o[(base_row + m) * D + col0 + c * CW] = o[r][c];
+        for (int c = 0; c < CPT; ++c) p.part_o[(base_row + m) * D + cg * CPT + c] = o[r][c];
     }
     if (tid < M) p.part_ml[base_row + tid] = make_float2(row_m[tid], row_l[tid]);
     __threadfence();  // partials visible device-wide before the arrival is counted
@@ -276,17 +295,17 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const __grid
     }
     __syncthreads();
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-        const int m = rg + r * kRG;
-        if (m >= M) continue;
+    for (int r = 0; r < kORows; ++r) {
+        const int m = og + r * OG;
+        if (m >= M) break;
         const float l = row_l[m];
 #pragma unroll
-        for (int c = 0; c < kCols; ++c) {
+        for (int c = 0; c < CPT; ++c) {
+            const int col = cg * CPT + c;
             float acc = 0.0f;
             for (int s = 0; s < splits; ++s)
-                acc = fmaf(w_s[s * kMaxRows + m],
-                           __ldcg(p.part_o + (head_rows + int64_t(s) * M + m) * D + col0 + c * CW), acc);
-            store(m, col0 + c * CW, l > 0.0f ? acc / l : 0.0f);
+                acc = fmaf(w_s[s * kMaxRows + m], __ldcg(p.part_o + (head_rows + int64_t(s) * M + m) * D + col), acc);
+            store(m, col, l > 0.0f ? acc / l : 0.0f);
         }
     }
     if (tid == 0) p.counters[kvh] = 0;  // ready for the next launch

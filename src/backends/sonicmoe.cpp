@@ -1,6 +1,6 @@
 // The `sonicmoe` backend as built today: SonicMoE's contract (CUDA only, bf16 gated experts with a SwiGLU / GeGLU /
-// ReGLU gate) run by moex's sm_90a grouped_mm pipeline, and its backward on the tensor cores (cuda/backward/
-// backward_sm90.cu: activations recomputed from x, nothing (S, H)-sized kept, no float atomics).
+// ReGLU gate) run by moex's sm_90a grouped_mm pipeline, and the CUDA experts backward grouped_mm has (cuda/backward/:
+// activations recomputed from x, nothing (S, H)-sized kept, no float atomics; f32 SIMT GEMMs, not yet fused).
 // Unlike the reference, which silently maps unknown activations to SwiGLU and ignores custom gates, moex refuses them.
 #include "moex/error.h"
 #include "src/backends/portable_backend.h"
@@ -25,7 +25,7 @@ std::shared_ptr<const Backend> make_sonicmoe() {
     return std::make_shared<CudaRestriction>(
         "sonicmoe",
         "SonicMoE's contract (bf16 gated silu/gelu/relu experts, CUDA only), run by moex's sm_90a grouped_mm "
-        "pipeline; backward on the tensor cores, recomputing the activations from x.",
+        "pipeline; the CUDA backward of grouped_mm (recomputes the activations from x); neither is fused yet.",
         std::vector<DType>{DType::kBF16}, cuda::Algo::kGrouped, &refusal, std::vector<QuantFormat>{},
         /*with_backward=*/true);
 }
