@@ -30,8 +30,9 @@ expect() {
 expect 'grouped_gemm_sm90_kernel.*Lb0EEEv' 12 '$2 >= 4 && $3 >= 5' "sm_90a grouped GEMM issues HGMMA and UTMALDG"
 expect 'grouped_gemm_sm90_kernel.*Lb1EEEv' 8 '$5 >= 8 && $3 >= 5' "sm_90a FP8 grouped GEMM issues QGMMA and UTMALDG"
 # batched_mm: {bf16, f16} x 4 tile shapes, plain, quantized with 1, 2 or 4 vectors per load, and FP8 x e4m3
-# (mma.sync e4m3, which ptxas lowers to f16 HMMAs on sm_90).
-expect 'batched_proj_kernel.*LoopE0E' 40 '$4 > 0' "batched_mm mma loop issues HMMA"
+# (mma.sync e4m3, which ptxas lowers to f16 HMMAs on sm_90), plus {bf16, f16} x 2 small tiles with 16 loads in flight.
+expect 'batched_proj_kernel.*LoopE0E' 44 '$4 > 0' "batched_mm mma loop issues HMMA"
+expect 'weight_grad_sm90_kernel' 2 '$2 >= 4 && $3 >= 2' "sm_90a weight-gradient GEMM issues HGMMA and UTMALDG"
 # portable: {bf16, f16} x {vector, scalar} x {K-major, N-major, quantized K-major}
 expect 'grouped_gemm_portable_kernelI(6__half|13__nv_bfloat16)' 12 '$4 > 0' "portable grouped GEMM (16-bit) issues HMMA"
 expect 'attention_flash_kernel' 1 '$4 > 0' "flash attention issues HMMA"
