@@ -208,18 +208,6 @@ CaseResult CudaShapeBench::run(const Backend& backend, int64_t T) {
     DeviceTensor out(config_.dtype, out_shape, 2, Device::kCUDA);
     DeviceTensor scratch = config_.graph ? DeviceTensor(config_.dtype, out_shape, 2, Device::kCUDA) : DeviceTensor();
     Calls calls{.backend = &backend, .out = out.view(), .scratch = scratch.view(), .graph = config_.graph};
-    // --backward: every gradient but dx (which takes the forward output's place) in buffers of this case.
-    DeviceTensor dw, dwu, dwd;
-    if (config_.backward) {
-        const int64_t w_shape[2] = {T, m.k};
-        dw = DeviceTensor(DType::kF32, w_shape, 2, Device::kCUDA);
-        dwu = DeviceTensor(config_.dtype, gate_up_[0].view().shape, 3, Device::kCUDA);
-        dwd = DeviceTensor(config_.dtype, down_[0].view().shape, 3, Device::kCUDA);
-        calls.backward = true;
-        calls.dout = in.dout.view();
-        calls.grads.top_k_weights = dw.view(), calls.grads.gate_up_proj = dwu.view();
-        calls.grads.down_proj = dwd.view();
-    }
     for (int s = 0; s < kRoutingSets; ++s) {
         ExpertsProblem p;
         p.hidden_states = in.x.view();
@@ -243,6 +231,19 @@ CaseResult CudaShapeBench::run(const Backend& backend, int64_t T) {
     if (config_.graph && backend.host_synchronizes(Device::kCUDA)) {
         res.skip = "it synchronises the host, so it cannot be captured into a CUDA graph";
         return res;
+    }
+    // --backward: every gradient but dx (which takes the forward output's place) in buffers of this case,
+    // allocated once the backend is known to run it.
+    DeviceTensor dw, dwu, dwd;
+    if (config_.backward) {
+        const int64_t w_shape[2] = {T, m.k};
+        dw = DeviceTensor(DType::kF32, w_shape, 2, Device::kCUDA);
+        dwu = DeviceTensor(config_.dtype, gate_up_[0].view().shape, 3, Device::kCUDA);
+        dwd = DeviceTensor(config_.dtype, down_[0].view().shape, 3, Device::kCUDA);
+        calls.backward = true;
+        calls.dout = in.dout.view();
+        calls.grads.top_k_weights = dw.view(), calls.grads.gate_up_proj = dwu.view();
+        calls.grads.down_proj = dwd.view();
     }
     // One timed call after one warm-up sizes the repetitions to --case-seconds.
     const int per_invocation = config_.graph ? kRoutingSets : 1;

@@ -277,18 +277,10 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                 for (int32_t kb = 0; kb < num_kb; ++kb) {
                     mbar_wait(&full[stage], phase);
                     if (active) {
-                        fence_accumulators(acc);
-                        wgmma_fence();
-#pragma unroll
-                        for (uint32_t k = 0; k < kBlockK / 16; ++k) {
-                            wgmma_m64n256k16<T, kBNMajor>(acc, desc_advance(desc_a0, stage * kABytes + k * 32),
-                                                          desc_advance(desc_b0, stage * kBBytes + k * kBStepK),
-                                                          static_cast<uint32_t>(kb) | k);
-                        }
-                        wgmma_commit();
-                        fence_accumulators(acc);
-                        wgmma_wait<1>();  // the previous stage's MMAs are done: release it, keep this one in flight
-                        if (kb > 0) release(prev);
+                        static_assert(kBlockK == 64, "one stage is one wgmma_k64_block");
+                        wgmma_k64_block<T, kBNMajor>(acc, desc_a0, stage * kABytes, 32, desc_b0, stage * kBBytes,
+                                                     kBStepK, static_cast<uint32_t>(kb));
+                        if (kb > 0) release(prev);  // its MMAs are done; this stage's stay in flight
                     } else {
                         release(stage);
                     }

@@ -102,6 +102,23 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
     }
 }
 
+// One 64-deep K block of a stage as four m64n256k16, slice k at a_off + k·a_step and b_off + k·b_step bytes past the
+// descriptors, committed, then the previous block's group waited for (wgmma.wait_group 1): on return the caller may
+// release the previous stage while this block's MMAs stay in flight. The first slice of block 0 starts d from zero.
+template <typename T, bool kTransB, bool kTransA = false>
+__device__ __forceinline__ void wgmma_k64_block(float (&d)[128], uint64_t desc_a, uint32_t a_off, uint32_t a_step,
+                                                uint64_t desc_b, uint32_t b_off, uint32_t b_step, uint32_t kb) {
+    fence_accumulators(d);
+    wgmma_fence();
+#pragma unroll
+    for (uint32_t k = 0; k < 4; ++k)
+        wgmma_m64n256k16<T, kTransB, kTransA>(d, desc_advance(desc_a, a_off + k * a_step),
+                                              desc_advance(desc_b, b_off + k * b_step), kb | k);
+    wgmma_commit();
+    fence_accumulators(d);
+    wgmma_wait<1>();
+}
+
 #define MOEX_WGMMA_D64_REGS                                                            \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \

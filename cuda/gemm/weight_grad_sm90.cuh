@@ -133,18 +133,10 @@ __global__ void __launch_bounds__(kThreads, 1) weight_grad_sm90_kernel(const __g
             for (int32_t kb = 0; kb < blocks; ++kb) {
                 mbar_wait(&full[stage], phase);
                 if (active) {
-                    fence_accumulators(acc);
-                    wgmma_fence();
-#pragma unroll
-                    for (uint32_t k = 0; k < kBlockRows / 16; ++k) {
-                        wgmma_m64n256k16<T, true, true>(acc, desc_advance(desc_a0, stage * kABytes + k * kSliceBytes),
-                                                        desc_advance(desc_b0, stage * kBBytes + k * kSliceBytes),
-                                                        static_cast<uint32_t>(kb) | k);
-                    }
-                    wgmma_commit();
-                    fence_accumulators(acc);
-                    wgmma_wait<1>();  // the previous stage's MMAs are done: release it, keep this one in flight
-                    if (kb > 0) release(prev);
+                    static_assert(kBlockRows == 64, "one stage is one wgmma_k64_block");
+                    wgmma_k64_block<T, true, true>(acc, desc_a0, stage * kABytes, kSliceBytes, desc_b0, stage * kBBytes,
+                                                   kSliceBytes, static_cast<uint32_t>(kb));
+                    if (kb > 0) release(prev);  // its MMAs are done; this stage's stay in flight
                 } else {
                     release(stage);
                 }

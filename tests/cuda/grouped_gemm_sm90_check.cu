@@ -7,7 +7,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -15,54 +14,21 @@
 #include <exception>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cuda/gemm/grouped_gemm.h"
 #include "cuda/gemm/sm90_config.h"
+#include "tests/cuda/check_support.cuh"
 
 using namespace moex::cuda;
+using namespace moex::test::gpu;
 using moex::Activation;
 using moex::DType;
 using moex::GateKind;
 
 namespace {
 
-#define CK(x) check_cuda((x), #x, __LINE__)
-void check_cuda(cudaError_t e, const char* what, int line) {
-    if (e != cudaSuccess) {
-        std::fprintf(stderr, "CUDA error %s at line %d: %s\n", cudaGetErrorString(e), line, what);
-        std::exit(2);
-    }
-}
-
-// Waits for the device with a deadline: a pipeline deadlock must end the run with a message, not hang it.
-void sync_or_die(const char* what, double seconds = 20.0) {
-    cudaEvent_t ev;
-    CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    CK(cudaEventRecord(ev, nullptr));
-    const auto start = std::chrono::steady_clock::now();
-    cudaError_t st;
-    while ((st = cudaEventQuery(ev)) == cudaErrorNotReady) {
-        if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > seconds) {
-            std::printf("FAIL HANG: %s did not finish in %.0f s (exiting; the device needs a reset)\n", what, seconds);
-            std::fflush(stdout);
-            std::_Exit(3);
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    CK(st);
-    CK(cudaEventDestroy(ev));
-}
-
 // ---- device data ------------------------------------------------------------------------------------------
-__device__ __forceinline__ float hash_uniform(uint64_t seed, uint64_t i) {  // [0, 1)
-    uint64_t z = seed * 0x9E3779B97F4A7C15ull + i + 0x632BE59BD9B4E019ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
-}
 template <typename T>
 __global__ void fill_uniform_kernel(T* p, int64_t n, uint64_t seed, float lo, float hi) {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
@@ -141,43 +107,6 @@ __global__ void reference_kernel(RefArgs r) {
 }
 
 // ---- host helpers -----------------------------------------------------------------------------------------
-struct DevBuf {
-    void* p = nullptr;
-    size_t bytes = 0;
-    explicit DevBuf(size_t n = 0) : bytes(n) {
-        if (n) CK(cudaMalloc(&p, n));
-    }
-    ~DevBuf() {
-        if (p) cudaFree(p);
-    }
-    DevBuf(const DevBuf&) = delete;
-    DevBuf& operator=(const DevBuf&) = delete;
-    DevBuf& operator=(DevBuf&& o) noexcept {
-        std::swap(p, o.p);
-        std::swap(bytes, o.bytes);
-        return *this;
-    }
-    template <typename T>
-    T* as() const {
-        return static_cast<T*>(p);
-    }
-};
-
-float host_to_float(const void* base, size_t i, int kind /*0 bf16 1 f16 2 f32*/) {
-    if (kind == 2) return static_cast<const float*>(base)[i];
-    uint16_t bits;
-    std::memcpy(&bits, static_cast<const uint8_t*>(base) + 2 * i, 2);
-    if (kind == 0) {
-        uint32_t w = uint32_t(bits) << 16;
-        float f;
-        std::memcpy(&f, &w, 4);
-        return f;
-    }
-    __half h;
-    std::memcpy(&h, &bits, 2);
-    return __half2float(h);
-}
-
 // Padded-contiguous routing (grouped_gemm.h) from per-expert row counts, plus `extra` unused tiles after the
 // used ones (their m_tile_expert entries are valid ids: the kernel must still not touch them).
 struct Routing {

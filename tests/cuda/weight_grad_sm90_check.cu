@@ -14,55 +14,24 @@
 #include <cstring>
 #include <exception>
 #include <functional>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "cuda/gemm/grouped_gemm.h"  // kRowAlign
 #include "cuda/gemm/weight_grad.h"
+#include "tests/cuda/check_support.cuh"
 
 using namespace moex::cuda;
+using namespace moex::test::gpu;
 using moex::DType;
 
 namespace {
-
-#define CK(x) check_cuda((x), #x, __LINE__)
-void check_cuda(cudaError_t e, const char* what, int line) {
-    if (e != cudaSuccess) {
-        std::fprintf(stderr, "CUDA error %s at line %d: %s\n", cudaGetErrorString(e), line, what);
-        std::exit(2);
-    }
-}
-
-struct DevBuf {
-    void* p = nullptr;
-    explicit DevBuf(size_t n) {
-        if (n) CK(cudaMalloc(&p, n));
-    }
-    ~DevBuf() {
-        if (p) cudaFree(p);
-    }
-    DevBuf(const DevBuf&) = delete;
-    DevBuf& operator=(const DevBuf&) = delete;
-    template <typename T>
-    T* as() const {
-        return static_cast<T*>(p);
-    }
-};
-
-__device__ __forceinline__ float hash_uniform(uint64_t seed, uint64_t i) {  // [-1, 1)
-    uint64_t z = seed * 0x9E3779B97F4A7C15ull + i + 0x632BE59BD9B4E019ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
-}
 
 // Row r of a (P, L) operand: uniform values for the expert's rows, zero for padding rows (the contract).
 template <typename T>
 __global__ void fill_rows_kernel(T* p, int64_t P, int64_t L, const int32_t* row_real, uint64_t seed) {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < P * L; i += int64_t(gridDim.x) * blockDim.x)
-        p[i] = static_cast<T>(row_real[i / L] ? hash_uniform(seed, i) : 0.0f);
+        p[i] = static_cast<T>(row_real[i / L] ? 2.0f * hash_uniform(seed, i) - 1.0f : 0.0f);  // [-1, 1)
 }
 
 // One thread per output (e, m, n): the float64 sum over the expert's rows.
@@ -76,20 +45,6 @@ __global__ void reference_kernel(const T* A, const T* B, const int32_t* start, c
     for (int64_t r = start[e]; r < start[e] + count[e]; ++r)
         s += double(static_cast<float>(A[r * M + m])) * double(static_cast<float>(B[r * N + n]));
     out[i] = s;
-}
-
-double to_double(const void* base, size_t i, bool bf16) {
-    uint16_t bits;
-    std::memcpy(&bits, static_cast<const uint8_t*>(base) + 2 * i, 2);
-    if (bf16) {
-        const uint32_t w = uint32_t(bits) << 16;
-        float f;
-        std::memcpy(&f, &w, 4);
-        return f;
-    }
-    __half h;
-    std::memcpy(&h, &bits, 2);
-    return __half2float(h);
 }
 
 struct Layout {
@@ -177,7 +132,8 @@ void check_case(const char* name, const std::vector<int32_t>& counts, int64_t M,
     int64_t bad = 0;
     double max_err = 0;
     for (int64_t i = 0; i < n; ++i) {
-        const double g = to_double(got.data(), size_t(i), kBf16), w = want[size_t(i)], err = std::fabs(g - w);
+        const double g = host_to_float(got.data(), size_t(i), kBf16 ? 0 : 1), w = want[size_t(i)],
+                     err = std::fabs(g - w);
         if (!(err <= atol + rtol * std::fabs(w))) {
             if (bad < 3)
                 std::printf("    mismatch e %lld m %lld n %lld: got %.6g want %.6g\n", (long long)(i / (M * N)),
