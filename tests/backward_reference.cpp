@@ -177,9 +177,10 @@ std::vector<double> as_doubles(const TensorView& t) {
     return v;
 }
 
-// |got - ref| <= atol * rms(ref) + rtol * |ref| element-wise, NaN never passes.
-::testing::AssertionResult close(const char* what, const TensorView& got, const std::vector<double>& ref, DType dt) {
-    const double atol = dt == DType::kF32 ? 2e-5 : 1.2e-2, rtol = dt == DType::kF32 ? 2e-4 : 8e-3;
+// |got - ref| <= scale * (atol * rms(ref) + rtol * |ref|) element-wise, NaN never passes.
+::testing::AssertionResult close(const char* what, const TensorView& got, const std::vector<double>& ref, DType dt,
+                                 double scale) {
+    const double atol = scale * (dt == DType::kF32 ? 2e-5 : 1.2e-2), rtol = scale * (dt == DType::kF32 ? 2e-4 : 8e-3);
     double ss = 0;
     for (double r : ref) ss += r * r;
     const double rms = ref.empty() ? 0 : std::sqrt(ss / double(ref.size()));
