@@ -71,10 +71,13 @@ std::vector<shapes::ExpertsShape> pick_shapes(const std::vector<std::string>& na
     for (const auto& n : names) {
         const shapes::ExpertsShape* found = nullptr;
         std::string valid;
-        for (const auto& s : shapes::kModelShapes) {
-            if (s.name == n) found = &s;
-            valid += (valid.empty() ? "" : ", ") + std::string(s.name);
-        }
+        auto look = [&](const auto& table) {
+            for (const auto& s : table) {
+                if (s.name == n) found = &s;
+                valid += (valid.empty() ? "" : ", ") + std::string(s.name);
+            }
+        };
+        look(shapes::kModelShapes), look(shapes::kPeerShapes);
         MOEX_REQUIRE(found != nullptr, ErrorCode::kInvalidArgument, "unknown shape `" + n + "`; valid: " + valid);
         out.push_back(*found);
     }
@@ -304,7 +307,10 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--backends", a->backends,
                     "Comma-separated backend names (default: CPU every registered one; CUDA batched_mm,grouped_mm)")
         ->delimiter(',');
-    cmd->add_option("--shapes", a->shapes, "Comma-separated shape names from common/shapes.h (default: all)")
+    cmd->add_option(
+           "--shapes", a->shapes,
+           "Comma-separated shape names from common/shapes.h: the models (default: all of them) and SonicMoE's "
+           "sonicmoe-coarse, sonicmoe-7b")
         ->delimiter(',');
     cmd->add_option("--tokens", a->tokens,
                     "Comma-separated token counts (default: CPU 1,8,64,512,1024,4096; CUDA 1,8,64,512,4096,16384)")

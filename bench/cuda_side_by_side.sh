@@ -12,9 +12,13 @@
 #                  ".peers/sonicmoe_bench.py"]       bash bench/cuda_side_by_side.sh   (stage,install,moex,hf,sonic,table)
 # Every step appends JSON lines to $PEERS/results, so a sweep can be split over calls (SHAPES, TOKENS) and `table`
 # combines all of them into $OUT/table.md, with every JSON line in $OUT/side_by_side.jsonl.
-# Usage: bash bench/cuda_side_by_side.sh [--steps stage,install,moex,hf,sonic,table]
-# Env: SHAPES (qwen3-30b-a3b,deepseek-v3), TOKENS (1,64,4096,16384), BUILD_DIR (build-gpu), PEERS (/tmp/moex-peers),
-#      HF_COMPILE (1: add torch.compile rows), BUDGET_S (seconds for SonicMoE's sweep, 300), OUT.
+# The `train` step (issue #14 item 5) times the training step: `moex bench --backward` and SonicMoE in training mode
+# (bench/peers/sonicmoe_train.py) on SonicMoE's two published configurations at their own T and on SHAPES at
+# TRAIN_TOKENS; the table gets a second part.
+# Usage: bash bench/cuda_side_by_side.sh [--steps stage,install,moex,hf,sonic,train,table]
+# Env: SHAPES (qwen3-30b-a3b,deepseek-v3), TOKENS (1,64,4096,16384), TRAIN_TOKENS (4096,16384), BUILD_DIR (build-gpu),
+#      PEERS (/tmp/moex-peers), HF_COMPILE (1: add torch.compile rows), BUDGET_S (seconds for each SonicMoE sweep,
+#      300), OUT.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT" || exit 1
@@ -88,6 +92,31 @@ if want sonic; then
             done
         done >>"$RES/sonicmoe.jsonl"
     fi
+fi
+
+if want train; then
+    train_points=("sonicmoe-coarse 32768" "sonicmoe-7b 24576" "$SHAPES ${TRAIN_TOKENS:-4096,16384}")
+    if [[ -x $CLI ]]; then
+        stamp=$(date +%s)
+        for point in "${train_points[@]}"; do
+            read -r shapes tokens <<<"$point"
+            for pass in forward --backward; do
+                extra=()
+                [[ $pass == --backward ]] && extra=(--backward)
+                "$CLI" bench --device cuda --shapes "$shapes" --tokens "$tokens" --backends grouped_mm "${extra[@]}" \
+                    --case-seconds 0.3 --json-file "$RES/moex-train-$stamp-${shapes%%,*}-${pass#--}.jsonl" \
+                    >>"$RES/moex-train.txt" 2>&1 || status=1
+            done
+        done
+    else
+        log "no moex program at $CLI"
+        status=1
+    fi
+    for point in "${train_points[@]}"; do
+        read -r shapes tokens <<<"$point"
+        PYTHONPATH=$PEERS/site "$py" bench/peers/sonicmoe_train.py --shapes "$shapes" --tokens "$tokens" \
+            --budget-s "${BUDGET_S:-300}" --out "$RES/sonicmoe-train.jsonl" >>"$RES/sonicmoe-train.txt" 2>&1 || status=1
+    done
 fi
 
 if want table; then

@@ -53,4 +53,11 @@ inline constexpr std::array<ExpertsShape, 9> kTestShapes = {{
     {"odd", 37, 19, 6, 3, 1},
 }};
 
+// The configurations SonicMoE publishes its H100 figures on (../shared/perf/anchors.md §4; issue #14 item 5), for
+// `moex bench --shapes sonicmoe-coarse` beside the peer run of bench/peers/sonicmoe_train.py. Not in the default set.
+inline constexpr std::array<ExpertsShape, 2> kPeerShapes = {{
+    {"sonicmoe-coarse", 4096, 2048, 64, 4},  // published at T = 32768
+    {"sonicmoe-7b", 1536, 256, 128, 8},      // the fine-grained 7B configuration, published at T = 24576
+}};
+
 }  // namespace moex::shapes
