@@ -59,27 +59,36 @@ HostGrads run_cuda_backward(const char* backend, const PlacedProblem& placed, co
     return {to_host(g.x), to_host(g.w), to_host(g.up), to_host(g.down), to_host(g.bu), to_host(g.bd)};
 }
 
-// The bound's scale for the gradients the tensor-core backward (bf16 on Hopper, backward_sm90.cu) builds from a bf16
-// intermediate: dx and d gate_up_proj from dA, d down_proj from w·h. Those two roundings put a correct pipeline at
-// 0.8-1.25 of the plain bf16 bound, where torch's own bf16 autograd of the same math lands at 2.0-3.7
-// (bench/backward_precision.py, bench/RESULTS.md O). The SIMT path (MOEX_BACKWARD=simt) keeps f32 intermediates and the
-// plain bound.
-double intermediate_scale(DType dt) {
+// Whether the backward that runs stores bf16 copies of dA and w·h and builds dx, d gate_up_proj and d down_proj from
+// them: the tensor-core backward (bf16 on Hopper, backward_sm90.cu) unless MOEX_BACKWARD=simt. Each rounding moves
+// a product by at most 2^-9 of it, so those gradients get 2^-8 of the magnitude sums of their products as slack
+// (forward_backward's mag) on top of the plain bf16 bound: heavy single terms (gpt-oss's clamped SwiGLU has dA
+// terms of ~7 where the gradient's rms is 2) can put a correct value past a bound made of rms alone. For scale:
+// bench/backward_precision.py puts this pipeline at 0.8-1.35 of the plain bound and torch's own bf16 autograd of
+// the same math at 1.2-3.7 (gated SiLU) and 74-220 (the clamped SwiGLU) (bench/RESULTS.md O).
+bool stores_bf16_intermediates(DType dt) {
     const char* path = std::getenv("MOEX_BACKWARD");
-    return dt == DType::kBF16 && !(path && std::string(path) == "simt") ? 1.5 : 1.0;
+    return dt == DType::kBF16 && !(path && std::string(path) == "simt");
+}
+
+std::vector<double> times(std::vector<double> v, double f) {
+    for (double& x : v) x *= f;
+    return v;
 }
 
 // Every gradient against the float64 reference; sentinel slots' weight gradients exactly 0.
 void expect_matches_reference(const ExpertsProblem& p, const Tensor& dout, const HostGrads& b) {
     const Dense d = dense_of(p);
-    Grads64 r;
-    forward_backward(d, as_doubles(dout.view()), p.dtype() == DType::kF32 ? DType::kF64 : p.dtype(), &r);
+    Grads64 r, mag;
+    forward_backward(d, as_doubles(dout.view()), p.dtype() == DType::kF32 ? DType::kF64 : p.dtype(), &r, &mag);
     const DType dt = p.dtype();
-    const double scale = intermediate_scale(dt);
-    EXPECT_TRUE(close("dx", b.x.view(), r.x, dt, scale));
+    const bool slack = stores_bf16_intermediates(dt);
+    const std::vector<double> sx = times(mag.x, 0x1p-8), su = up_storage(d, times(mag.wu, 0x1p-8)),
+                              sd = down_storage(d, times(mag.wd, 0x1p-8));
+    EXPECT_TRUE(close("dx", b.x.view(), r.x, dt, slack ? &sx : nullptr));
     EXPECT_TRUE(close("dw", b.w.view(), r.w, dt));
-    EXPECT_TRUE(close("d gate_up_proj", b.up.view(), up_storage(d, r.wu), dt, scale));
-    EXPECT_TRUE(close("d down_proj", b.down.view(), down_storage(d, r.wd), dt, scale));
+    EXPECT_TRUE(close("d gate_up_proj", b.up.view(), up_storage(d, r.wu), dt, slack ? &su : nullptr));
+    EXPECT_TRUE(close("d down_proj", b.down.view(), down_storage(d, r.wd), dt, slack ? &sd : nullptr));
     if (p.gate_up_bias.defined()) EXPECT_TRUE(close("d gate_up_bias", b.bu.view(), r.bu, dt));
     if (p.down_bias.defined()) EXPECT_TRUE(close("d down_bias", b.bd.view(), r.bd, dt));
     for (int64_t s = 0; s < p.T() * p.k(); ++s) {
