@@ -170,8 +170,7 @@ void Reporter::text_header(const CpuInfo& cpu, const MachineFloor& f, const Benc
     else if (f.read_gbps > 0)
         line(fmt::format("  memory bandwidth  {:.1f} GB/s  {}", f.read_gbps, f.read_what));
     for (const auto& g : f.gemms)
-        line(f.gemm_size > 0 ? fmt::format("  dense GEMM {}^3  {:7.1f} GFLOP/s  {}", f.gemm_size, g.gflops, g.what)
-                             : fmt::format("  dense GEMM  {:.1f} GFLOP/s  {}", g.gflops, g.what));
+        line(fmt::format("  dense GEMM  {:9.1f} GFLOP/s  {}", g.gflops, g.what));  // each name carries its size
     if (f.gemm_gflops > 0 && f.read_gbps > 0)
         line(fmt::format("  floor = max(FLOPs / {:.1f} GFLOP/s [{}], bytes / {:.1f} GB/s)", f.gemm_gflops, f.gemm_best,
                          f.read_gbps));
