@@ -353,7 +353,7 @@ MachineFloor measure_floor(int threads, DType weight_dtype, int64_t read_bytes, 
         fmt::format("best of 5 passes of each read kernel (xS: S streams per thread): {}; all: {}", rb.best, rb.all);
     f.gemm_size = gemm_n;
     // Many threads share a gemm_n³ GEMM in few tasks, and the rate it shows is below what the experts' larger
-    // grouped GEMMs reach (measured on a 16-core AMX Xeon: 2.0 TFLOP/s against 2.3, bench/RESULTS.md C): there twice
+    // grouped GEMMs reach (measured on a 16-core AMX Xeon: 2.0 TFLOP/s against 2.3, bench/RESULTS.md C2): there twice
     // the size is measured too. The floor takes the best GEMM of every size.
     measure_gemms(f, threads, weight_dtype, gemm_n);
     if (threads > 4) measure_gemms(f, threads, weight_dtype, 2 * gemm_n);
