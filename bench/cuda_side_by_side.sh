@@ -12,6 +12,10 @@
 #                  ".peers/sonicmoe_bench.py"]       bash bench/cuda_side_by_side.sh   (stage,install,moex,hf,sonic,table)
 # Every step appends JSON lines to $PEERS/results, so a sweep can be split over calls (SHAPES, TOKENS) and `table`
 # combines all of them into $OUT/table.md, with every JSON line in $OUT/side_by_side.jsonl.
+# SonicMoE's first call per shape compiles and autotunes its kernels (~150 s per shape for the forward on an H100,
+# RESULTS P). quack keeps both in $PEERS/quack (QUACK_CACHE_DIR, QUACK_CACHE_AUTOTUNING=1); `table` packs that folder
+# into $OUT/quack-cache.tar.xz, and `stage` unpacks .peers/quack-cache.tar.xz when it is there: copy the file into
+# .peers/ and carry it, and a later machine starts with the same card's kernels and choices.
 # The `train` step (issue #14 item 5) times the training step: `moex bench --backward` and SonicMoE in training mode
 # (bench/peers/sonicmoe_train.py) on SonicMoE's two published configurations at their own T and on SHAPES at
 # TRAIN_TOKENS; the table gets a second part.
@@ -35,7 +39,12 @@ log() { echo "cuda_side_by_side: $*" >&2; }
 py=${PYTHON:-python3}
 status=0
 
+export QUACK_CACHE_DIR=$PEERS/quack QUACK_CACHE_AUTOTUNING=1
+
 if want stage; then
+    if [[ -f .peers/quack-cache.tar.xz ]]; then
+        tar -C "$PEERS" -xJf .peers/quack-cache.tar.xz && log "unpacked SonicMoE's kernel cache"
+    fi
     shopt -s nullglob
     for part in .peers/libs-base.part-*; do cp "$part" "$PEERS/parts/" && log "staged $(basename "$part")"; done
     [[ -f .peers/libs-base.sha256 ]] && cp .peers/libs-base.sha256 "$PEERS/parts/"
@@ -128,6 +137,7 @@ if want table; then
         if [[ -n ${OUT:-} ]]; then
             mkdir -p "$OUT"
             cp "$RES/table.md" "$OUT/" && cat "${files[@]}" >"$OUT/side_by_side.jsonl"
+            [[ -d $PEERS/quack ]] && tar -C "$PEERS" -cJf "$OUT/quack-cache.tar.xz" quack
         fi
     else
         log "no results in $RES yet"
