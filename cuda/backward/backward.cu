@@ -91,26 +91,8 @@ void run_experts_backward(const ExpertsBackwardArgs& b, void* stream_handle) {
         g.B = a.down_proj, g.bias = nullptr, g.C = ws.at<float>(gh), g.N = I, g.K = H, g.b_k_major = a.is_transposed;
         backward::launch_row_gemm(g, stream);
     }
-    backward::GateGradArgs gate{.AU = ws.at<float>(au),
-                                .GH = ws.at<float>(gh),
-                                .row_w = ws.at<float>(row_w),
-                                .dout = b.grad_out,
-                                .down_bias = a.down_bias,
-                                .ids = a.top_k_index,
-                                .weights = a.top_k_weights,
-                                .grad_weights = b.grad_weights,
-                                .slot_row = r.slot_row,
-                                .S = S,
-                                .N = N,
-                                .I = I,
-                                .H = H,
-                                .E = E,
-                                .k = a.k,
-                                .dtype = a.dtype,
-                                .ids_i64 = a.ids_i64,
-                                .weights_f32 = a.weights_f32,
-                                .has_gate = a.has_gate,
-                                .gate = a.gate};
+    backward::GateGradArgs gate =
+        backward::gate_grad_args(b, r.slot_row, ws.at<float>(au), ws.at<float>(gh), ws.at<float>(row_w));
     if (!want_rows) gate.I = 0, gate.down_bias = nullptr;  // only row_w is needed (dbd): no GEMM ran
     backward::launch_gate_grad(gate, stream);
 

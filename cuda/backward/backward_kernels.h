@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "cuda/backward/backward.h"
 #include "cuda/common/params.h"
 #include "moex/dtype.h"
 
@@ -84,6 +85,32 @@ struct GateGradArgs {
     void* wh_out = nullptr;  // (rows, I) dtype, or nullptr
 };
 void launch_gate_grad(const GateGradArgs& args, cudaStream_t stream);
+
+// The gate pass of backward call b over a pipeline's f32 buffers and its routing's slot rows.
+inline GateGradArgs gate_grad_args(const ExpertsBackwardArgs& b, const int32_t* slot_row, float* AU, float* GH,
+                                   float* row_w) {
+    const ExpertsArgs& a = b.fwd;
+    return GateGradArgs{.AU = AU,
+                        .GH = GH,
+                        .row_w = row_w,
+                        .dout = b.grad_out,
+                        .down_bias = a.down_bias,
+                        .ids = a.top_k_index,
+                        .weights = a.top_k_weights,
+                        .grad_weights = b.grad_weights,
+                        .slot_row = slot_row,
+                        .S = a.T * a.k,
+                        .N = a.has_gate ? 2 * a.I : a.I,
+                        .I = a.I,
+                        .H = a.H,
+                        .E = a.E,
+                        .k = a.k,
+                        .dtype = a.dtype,
+                        .ids_i64 = a.ids_i64,
+                        .weights_f32 = a.weights_f32,
+                        .has_gate = a.has_gate,
+                        .gate = a.gate};
+}
 
 // Zeros every padding row (row_slot -1) below *total_rows of each of the (rows_bound, ld[i]) dtype buffers: the
 // weight-gradient GEMM sums over whole 64-row blocks of an expert, so what its padding rows hold must be 0.

@@ -148,29 +148,10 @@ void run_experts_backward_sm90(const ExpertsBackwardArgs& b, cudaStream_t stream
     launch_grouped_gemm(m.up, stream);
     launch_grouped_gemm(m.g, stream);
 
-    backward::launch_gate_grad({.AU = ws.at<float>(au),
-                                .GH = ws.at<float>(gh),
-                                .row_w = ws.at<float>(row_w),
-                                .dout = b.grad_out,
-                                .down_bias = a.down_bias,
-                                .ids = a.top_k_index,
-                                .weights = a.top_k_weights,
-                                .grad_weights = b.grad_weights,
-                                .slot_row = r.slot_row,
-                                .S = S,
-                                .N = N,
-                                .I = I,
-                                .H = H,
-                                .E = E,
-                                .k = a.k,
-                                .dtype = a.dtype,
-                                .ids_i64 = a.ids_i64,
-                                .weights_f32 = a.weights_f32,
-                                .has_gate = a.has_gate,
-                                .gate = a.gate,
-                                .dA_out = ws.at<void>(da16),
-                                .wh_out = ws.at<void>(wh16)},
-                               stream);
+    backward::GateGradArgs gate =
+        backward::gate_grad_args(b, r.slot_row, ws.at<float>(au), ws.at<float>(gh), ws.at<float>(row_w));
+    gate.dA_out = ws.at<void>(da16), gate.wh_out = ws.at<void>(wh16);
+    backward::launch_gate_grad(gate, stream);
     backward::launch_zero_padding({.rows = {ws.at<void>(da16), ws.at<void>(wh16)},
                                    .ld = {N, I},
                                    .row_slot = r.row_slot,
