@@ -51,10 +51,11 @@ except ImportError:
 SHAPES_H = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common", "shapes.h")
 
 
-def model_shapes():
-    """(name, H, I, E, k) of kModelShapes, read from the one shape table."""
+def model_shapes(table_name="kModelShapes"):
+    """(name, H, I, E, k) of kModelShapes (or another table of common/shapes.h), read from the one shape file."""
     text = open(SHAPES_H).read()
-    table = text[text.index("kModelShapes"):text.index("}};")]
+    start = text.index(table_name)
+    table = text[start:text.index("}};", start)]
     return [(m[0], int(m[1]), int(m[2]), int(m[3]), int(m[4]))
             for m in re.findall(r'\{"([^"]+)", (\d+), (\d+), (\d+), (\d+)\}', table)]
 

@@ -22,14 +22,14 @@ import sys
 import time
 import traceback
 
-SHAPES = {  # name: (H, I, E, k, default T) -- common/shapes.h's kModelShapes and kPeerShapes
-    "sonicmoe-coarse": (4096, 2048, 64, 4, 32768),
-    "sonicmoe-7b": (1536, 256, 128, 8, 24576),
-    "qwen3-30b-a3b": (2048, 768, 128, 8, 16384),
-    "deepseek-v3": (7168, 2048, 256, 8, 16384),
-    "mixtral-8x7b": (4096, 14336, 8, 2, 16384),
-    "qwen1.5-moe-a2.7b": (2048, 1408, 60, 4, 16384),
-}
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from python_bench import model_shapes  # noqa: E402 - common/shapes.h read as python_bench reads it
+
+# name: (H, I, E, k, default T): kModelShapes and kPeerShapes of common/shapes.h; SonicMoE's configurations at the T
+# it publishes them at, the models at 16384.
+PUBLISHED_T = {"sonicmoe-coarse": 32768, "sonicmoe-7b": 24576}
+SHAPES = {name: (H, I, E, k, PUBLISHED_T.get(name, 16384))
+          for table in ("kModelShapes", "kPeerShapes") for name, H, I, E, k in model_shapes(table)}
 
 
 def emit(row, out):
