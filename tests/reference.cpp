@@ -138,6 +138,7 @@ void reference_experts(const ExpertsProblem& p, double* out, const ReferenceOpti
     MOEX_REQUIRE(p.device() == Device::kCPU, ErrorCode::kInvalidArgument, "reference_experts needs host tensors");
     const int64_t T = p.T(), H = p.H(), I = p.I(), E = p.E(), k = p.k(), N = p.up_width();
     std::fill(out, out + T * H, 0.0);
+    if (options.term_magnitude) options.term_magnitude->assign(size_t(T * H), 0.0);
     std::vector<double> x(size_t(T * H));  // (T, H)
     for (int64_t t = 0; t < T; ++t)
         for (int64_t h = 0; h < H; ++h)
@@ -187,6 +188,7 @@ void reference_experts(const ExpertsProblem& p, double* out, const ReferenceOpti
                     for (int64_t i = 0; i < I; ++i) y += down[size_t(h * I + i)] * hid[size_t(i)];
                     if (p.down_bias.defined()) y += load_as_double(p.down_bias, at(p.down_bias, e, h));
                     out[t * H + h] += w * y;
+                    if (options.term_magnitude) (*options.term_magnitude)[size_t(t * H + h)] += std::fabs(w * y);
                 }
             }
         }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "moex/experts.h"
 
@@ -16,6 +17,9 @@ struct ReferenceOptions {
     // wide. Without it the bf16 reference differs from every correct backend by ~2^-9 of |y| per slot.
     // kF64 (the default) keeps h exact; kF32 rounds it to float32.
     DType round_hidden_to = DType::kF64;
+    // When given: resized to (T, H) and filled with Σ over the token's slots of |w·(y + b_down)|, the magnitude
+    // of the terms each output sums (what a backend's rounding of each weighted term scales with).
+    std::vector<double>* term_magnitude = nullptr;
 };
 
 // Element `offset` (in elements, strides already applied) of a host tensor, converted exactly to double.

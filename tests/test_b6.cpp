@@ -260,8 +260,8 @@ TEST_P(B6Experts, Row16_LayoutIsNeverInferredFromShapes) {
     const HostProblem square(9, 16, 16, 4, 2, ungated, 16);
     ExpertsProblem flipped = square.problem();
     flipped.is_transposed = true;
-    const std::vector<double> ref = reference_of(square.problem()), ref_t = reference_of(flipped);
-    ASSERT_NE(ref, ref_t);
+    const Expected ref = reference_of(square.problem()), ref_t = reference_of(flipped);
+    ASSERT_NE(ref.out, ref_t.out);
     int ran = 0;
     for (const Backend* b : backends()) {
         if (auto out = run(*b, square.problem())) {
@@ -295,7 +295,7 @@ TEST_P(B6Experts, Row20_ScalesAreValuesAndNaNStaysInItsExpert) {
     up_scales[2 * 4 + 1] = NAN;  // expert 2: gate rows 0-31, H columns 32-63
     std::vector<char> rows(static_cast<size_t>(T));
     for (int64_t t = 0; t < T; ++t) rows[size_t(t)] = t % 2 == 0;  // the rows that never meet expert 2
-    const std::vector<double> ref = reference_of(p);
+    const Expected ref = reference_of(p);
     int ran = 0;
     for (const Backend* b : backends()) {
         const auto out = run(*b, p);
@@ -357,7 +357,7 @@ TEST_P(B6Experts, Row23_GroupLayoutIsBuiltFromTheIds) {
         hp.set_id(t, 1, t == 150 ? 2 : 7);         // expert 2: one row; a duplicate for the others
         hp.set_id(t, 2, t % 4 == 0 ? E + t : -1);  // sentinels only
     }
-    const std::vector<double> ref = reference_of(hp.problem());
+    const Expected ref = reference_of(hp.problem());
     int ran = 0;
     for (const Backend* b : backends()) {
         if (auto out = run(*b, hp.problem())) {
@@ -379,7 +379,7 @@ TEST_P(B6Experts, Row24_DtypesMustAgree) {
     p.down_proj = f16_down.view();
     expect_refused(backends(), place(p, device()).problem, "down_proj has dtype float16, expected bfloat16");
     // The one mix the contract takes: float32 routing weights with 16-bit activations (Variant's default).
-    const std::vector<double> ref = reference_of(hp.problem());
+    const Expected ref = reference_of(hp.problem());
     for (const Backend* b : backends())
         if (auto out = run(*b, hp.problem())) EXPECT_TRUE(outputs_close(out->view(), ref)) << b->name();
 }
@@ -421,7 +421,7 @@ TEST_P(B6Experts, Row25_DevicesStridesAndAlignment) {
     for (TensorView* v : {&p.hidden_states, &p.top_k_index, &p.top_k_weights, &p.gate_up_proj, &p.down_proj,
                           &p.gate_up_bias, &p.down_bias})
         *v = shifted(*v);
-    const std::vector<double> ref = reference_of(host);
+    const Expected ref = reference_of(host);
     for (const Backend* b : backends()) {
         if (b->why_not(p)) continue;
         const int64_t n = T * H + 1;
@@ -548,7 +548,7 @@ TEST_P(B6Experts, Row27_MoreThan2To31RoutedElements) {
         }
         ExpertsProblem sub = p;
         sub.hidden_states = x.view(), sub.top_k_index = ids.view(), sub.top_k_weights = w.view();
-        const std::vector<double> ref = reference_of(sub);
+        const Expected ref = reference_of(sub);
         const PlacedProblem placed = place(p, device());
         for (const Backend* b : backends()) {
             if (refusal(*b, placed)) continue;

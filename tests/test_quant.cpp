@@ -141,7 +141,7 @@ TEST(QuantBackends, MatchTheReferenceOnDequantizedValues) {
                     Variant v = lc.v;
                     v.dtype = dt;
                     const QuantProblem qp(T, 64, 64, 4, 2, v, s, 100 + uint64_t(T));
-                    const std::vector<double> ref = reference_of(qp.problem());
+                    const Expected ref = reference_of(qp.problem());
                     for (const char* name : kCpuBackends) {
                         const Backend& b = ExpertsInterface::global().get(name);
                         ASSERT_EQ(b.why_not(qp.problem()), std::nullopt) << name;
@@ -158,7 +158,7 @@ TEST(QuantBackends, MatchTheReferenceOnDequantizedValues) {
 TEST(QuantBackends, Fp8Blocks128MatchTheReference) {
     const Scheme s{"fp8_128", QuantFormat::kFp8, 128, 128, DType::kF32, ActivationQuant::kDynamic};
     const QuantProblem qp(96, 512, 256, 3, 2, Variant{.dtype = DType::kBF16}, s, 7);
-    const std::vector<double> ref = reference_of(qp.problem());
+    const Expected ref = reference_of(qp.problem());
     for (const char* name : kCpuBackends)
         EXPECT_TRUE(
             outputs_close(run_backend(ExpertsInterface::global().get(name), place(qp.problem(), Device::kCPU)).view(),
@@ -204,7 +204,7 @@ TEST(QuantBackendsCuda, MatchTheReferenceOnDequantizedValues) {
                     Variant v = lc.v;
                     v.dtype = dt;
                     const QuantProblem qp(T, 64, 64, 4, 2, v, s, 200 + uint64_t(T));
-                    const std::vector<double> ref = reference_of(qp.problem());
+                    const Expected ref = reference_of(qp.problem());
                     const PlacedProblem placed = place(qp.problem(), Device::kCUDA);
                     for (const char* name : kCudaBackends) {
                         const Backend& b = ExpertsInterface::global().get(name);
@@ -225,7 +225,7 @@ TEST(QuantBackendsCuda, Fp8Blocks128MatchTheReference) {
         for (int64_t T : {4, 700}) {
             const Scheme s{"fp8_128", QuantFormat::kFp8, 128, 128, scale, ActivationQuant::kDynamic};
             const QuantProblem qp(T, 512, 256, 3, 2, Variant{.dtype = DType::kBF16}, s, 7);
-            const std::vector<double> ref = reference_of(qp.problem());
+            const Expected ref = reference_of(qp.problem());
             const PlacedProblem placed = place(qp.problem(), Device::kCUDA);
             for (const char* name : kCudaBackends)
                 EXPECT_TRUE(outputs_close(run_backend(ExpertsInterface::global().get(name), placed).view(), ref, {},
@@ -252,7 +252,7 @@ TEST(QuantBackendsCuda, Fp8FusedHQuantizationIsItsOwnPassBitForBit) {
                 v.dtype = scale == DType::kF32 ? DType::kBF16 : DType::kF16;
                 const Scheme s{"fp8_128", QuantFormat::kFp8, 128, 128, scale, ActivationQuant::kDynamic};
                 const QuantProblem qp(T, H, I, 4, 2, v, s, 400 + uint64_t(T));
-                const std::vector<double> ref = reference_of(qp.problem());
+                const Expected ref = reference_of(qp.problem());
                 const PlacedProblem placed = place(qp.problem(), Device::kCUDA);
                 const Tensor fused = run_backend(b, placed);
                 setenv("MOEX_FUSED_H_QUANT", "0", 1);
@@ -285,7 +285,7 @@ TEST(QuantBackendsCuda, DeepGemmMatchesTheReference) {
                 Variant v = lc.v;
                 v.dtype = DType::kBF16;
                 const QuantProblem qp(T, 256, 128, 4, 2, v, s, 300 + uint64_t(T));
-                const std::vector<double> ref = reference_of(qp.problem());
+                const Expected ref = reference_of(qp.problem());
                 const PlacedProblem placed = place(qp.problem(), Device::kCUDA);
                 ASSERT_EQ(b.why_not(placed.problem), std::nullopt) << s.name << " " << lc.name;
                 const Tensor out = run_backend(b, placed);
