@@ -213,8 +213,8 @@ Expected reference_of(const ExpertsProblem& p) {
 //   catch a TF32 or 16-bit shortcut (~1e-3).
 // bf16 / f16: h is rounded where the reference rounds it (ReferenceOptions), so what is left is the final rounding
 //   of out (at most 2^-8 / 2^-11 of |out|: rtol just above) plus rare one-ulp flips of h where float32 and float64
-//   fall on either side of a rounding midpoint (measured <= 6e-4 rms). atol leaves room for a backend that also
-//   rounds each slot's y to 16 bits as torch does (~2^-9 |w y| per slot).
+//   fall on either side of a rounding midpoint (measured <= 6e-4 rms). A backend that also rounds each slot's
+//   weighted term to 16 bits, as torch does, gets the per-output slack of reference_of (Expected) on top.
 Tolerance tolerance_for(DType dtype) {
     switch (dtype) {
         case DType::kF32: return {1e-5, 1e-4};
