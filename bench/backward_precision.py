@@ -13,7 +13,7 @@ script prints max |got - ref| / bound for each gradient of a gated SiLU experts 
                 d down_proj is built from).
 A ratio above 1 fails the bound. The "+slack" rows use the bound tests/test_backward_cuda.cpp gives the tensor-core
 path: the plain one plus 2^-8 of the sum of |products| each gradient element sums (one bf16 rounding of a factor
-moves a product by at most 2^-9 of it). --gate gptoss: the tests' clamped SwiGLU (limit 1). CPU only; run with the Python package's environment (scripts/test_python.sh):
+moves a product by at most 2^-8 of it, bf16's unit roundoff). --gate gptoss: the tests' clamped SwiGLU (limit 1). CPU only; run with the Python package's environment (scripts/test_python.sh):
   ~/.cache/moex/venv/bin/python bench/backward_precision.py [--seeds 4]
 """
 import argparse

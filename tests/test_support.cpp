@@ -203,8 +203,8 @@ Expected reference_of(const ExpertsProblem& p) {
     if (p.dtype() == DType::kBF16 || p.dtype() == DType::kF16) opt.round_hidden_to = p.dtype();
     opt.term_magnitude = &e.slack;
     reference_experts(p, e.out.data(), opt);
-    const double two_u = p.dtype() == DType::kBF16 ? 0x1p-8 : p.dtype() == DType::kF16 ? 0x1p-11 : 0.0;
-    for (double& s : e.slack) s *= two_u;
+    const double u = p.dtype() == DType::kBF16 ? 0x1p-8 : p.dtype() == DType::kF16 ? 0x1p-11 : 0.0;
+    for (double& s : e.slack) s *= u;
     return e;
 }
 

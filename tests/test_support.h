@@ -72,9 +72,9 @@ Tensor run_backend(const Backend& backend, const PlacedProblem& placed, const Ru
 
 // The reference of host problem `p`, rounding h as the backends do for 16-bit dtypes (see ReferenceOptions), and
 // per output the slack a 16-bit backend may add by rounding each slot's weighted term w·(y + b) to the dtype before
-// the sum, as torch's bf16 experts do and moex's CUDA grouped pipeline does: 2u·Σ_slots |w·(y + b)| (u the unit
-// roundoff, 2^-8 bf16, 2^-11 f16; 0 in f32). Where slot terms cancel, that rounding exceeds any bound made of the
-// rms and |out| alone (measured: 153 of 378 bf16 cases; RESULTS N).
+// the sum, as torch's bf16 experts do: u·Σ_slots |w·(y + b)| (u the unit
+// roundoff, the most one rounding moves a value: 2^-8 bf16, 2^-11 f16; 0 in f32). Where slot terms cancel, that
+// rounding exceeds any bound made of the rms and |out| alone (measured: 153 of 378 bf16 cases; RESULTS N).
 struct Expected {
     std::vector<double> out, slack;
     operator const std::vector<double>&() const { return out; }  // NOLINT: reads as the reference values
