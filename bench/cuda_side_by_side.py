@@ -64,7 +64,6 @@ def best(entries):
 
 
 def training_table(cells, train):
-    print()
     print("| shape | T | moex fwd µs (TFLOP/s) | moex bwd µs (TFLOP/s) | SonicMoE fwd µs (TFLOP/s) | SonicMoE bwd µs "
           "(TFLOP/s) | SonicMoE act MiB | SonicMoE ÷ moex fwd / bwd |")
     print("|---|---:|---|---|---|---|---:|---|")
@@ -85,14 +84,11 @@ def training_table(cells, train):
         print(f"| {shape} | {T} | {mf} | {mb} | {sf} | {sb} | {act} | {ratio} |")
 
 
-def main(paths):
-    cells, floors, train = load(paths)
+def forward_table(cells, floors):
     print("| shape | T | moex µs (backend) | transformers µs (config) | SonicMoE µs | floor µs | best peer ÷ moex |")
     print("|---|---:|---|---|---|---:|---:|")
     for (shape, T) in sorted(cells, key=lambda k: (k[0], k[1])):
         c = cells[(shape, T)]
-        if not (c["moex"] or c["transformers"] or c["sonicmoe"] or c["why"]):
-            continue
         m, hf, sm = best(c["moex"]), best(c["transformers"]), best(c["sonicmoe"])
 
         def cell(b, peer):
@@ -105,7 +101,16 @@ def main(paths):
         floor = f"{floors[(shape, T)]:.1f}" if (shape, T) in floors else "—"
         moex = f"{m[0]:.1f} ({m[1]})" if m else "—"
         print(f"| {shape} | {T} | {moex} | {cell(hf, 'transformers')} | {cell(sm, 'sonicmoe')} | {floor} | {ratio} |")
+
+
+def main(paths):
+    cells, floors, train = load(paths)
+    forward = {key: c for key, c in cells.items() if c["moex"] or c["transformers"] or c["sonicmoe"] or c["why"]}
+    if forward:
+        forward_table(forward, floors)
     if train:
+        if forward:
+            print()
         training_table(cells, train)
 
 

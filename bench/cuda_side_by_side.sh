@@ -21,8 +21,9 @@
 # TRAIN_TOKENS; the table gets a second part.
 # Usage: bash bench/cuda_side_by_side.sh [--steps stage,install,moex,hf,sonic,train,table]
 # Env: SHAPES (qwen3-30b-a3b,deepseek-v3), TOKENS (1,64,4096,16384), TRAIN_TOKENS (4096,16384), BUILD_DIR (build-gpu),
-#      PEERS (/tmp/moex-peers), HF_COMPILE (1: add torch.compile rows), BUDGET_S (seconds for each SonicMoE sweep,
-#      300), OUT.
+#      TRAIN_POINTS ("shapes tokens" pairs split by ';', default SonicMoE's two configurations and SHAPES at
+#      TRAIN_TOKENS: one pair per call fits SonicMoE's first-call compile), PEERS (/tmp/moex-peers), HF_COMPILE (1: add
+#      torch.compile rows), BUDGET_S (seconds for each SonicMoE sweep, 300), OUT.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT" || exit 1
@@ -104,7 +105,7 @@ if want sonic; then
 fi
 
 if want train; then
-    train_points=("sonicmoe-coarse 32768" "sonicmoe-7b 24576" "$SHAPES ${TRAIN_TOKENS:-4096,16384}")
+    IFS=';' read -r -a train_points <<<"${TRAIN_POINTS:-sonicmoe-coarse 32768;sonicmoe-7b 24576;$SHAPES ${TRAIN_TOKENS:-4096,16384}}"
     if [[ -x $CLI ]]; then
         stamp=$(date +%s)
         for point in "${train_points[@]}"; do
