@@ -351,14 +351,17 @@ MachineFloor measure_floor(int threads, DType weight_dtype, int64_t read_bytes, 
     f.read_gbps = rb.gbps;
     f.read_what =
         fmt::format("best of 5 passes of each read kernel (xS: S streams per thread): {}; all: {}", rb.best, rb.all);
-    f.gemm_size = gemm_n;
     // Many threads share a gemm_n³ GEMM in few tasks, and the rate it shows is below what the experts' larger
     // grouped GEMMs reach (measured on a 16-core AMX Xeon: 2.0 TFLOP/s against 2.3, bench/RESULTS.md C2): there twice
     // the size is measured too. The floor takes the best GEMM of every size.
     measure_gemms(f, threads, weight_dtype, gemm_n);
+    const size_t larger = f.gemms.size();  // the first GEMM of the 2·gemm_n sizes, if any
     if (threads > 4) measure_gemms(f, threads, weight_dtype, 2 * gemm_n);
-    for (const auto& g : f.gemms)
-        if (g.gflops > f.gemm_gflops) f.gemm_gflops = g.gflops, f.gemm_best = g.what;
+    for (size_t i = 0; i < f.gemms.size(); ++i)
+        if (f.gemms[i].gflops > f.gemm_gflops) {
+            f.gemm_gflops = f.gemms[i].gflops, f.gemm_best = f.gemms[i].what;
+            f.gemm_size = i < larger ? gemm_n : 2 * gemm_n;
+        }
     MOEX_REQUIRE(f.gemm_gflops > 0, ErrorCode::kUnsupported,
                  "no dense GEMM could be measured for the compute floor (neither OpenBLAS nor moex dense_gemm)");
     return f;
