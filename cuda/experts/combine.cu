@@ -1,4 +1,7 @@
-// Launcher of the combine kernel (combine.cuh), one instantiation per activation dtype and vector width.
+// Launcher of the combine kernel (combine.cuh), one instantiation per activation dtype, row type and
+// vector width.
+#include <type_traits>
+
 #include "cuda/common/align.h"
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
@@ -7,17 +10,27 @@
 namespace moex::cuda {
 namespace {
 
+template <class T, class Y>
+void combine_rows(const CombineArgs& a, cudaStream_t stream) {
+    if (a.H % 4 == 0 && is_aligned(a.Y, 4 * sizeof(Y))) {
+        const dim3 grid(unsigned(a.T), unsigned(ceil_div(a.H, 256 * 4)));
+        combine::combine_kernel<T, Y, 4><<<grid, 256, 0, stream>>>(a);
+    } else {
+        const dim3 grid(unsigned(a.T), unsigned(ceil_div(a.H, 256)));
+        combine::combine_kernel<T, Y, 1><<<grid, 256, 0, stream>>>(a);
+    }
+    MOEX_LAUNCH_CHECK();
+}
+
 template <class T>
 void combine_typed(const CombineArgs& a, cudaStream_t stream) {
     MOEX_REQUIRE(a.T < (int64_t(1) << 31), ErrorCode::kUnsupported, "combine: T >= 2^31");
-    if (a.H % 4 == 0 && is_aligned16(a.Y)) {
-        const dim3 grid(unsigned(a.T), unsigned(ceil_div(a.H, 256 * 4)));
-        combine::combine_kernel<T, 4><<<grid, 256, 0, stream>>>(a);
+    if constexpr (std::is_same_v<T, float>) {
+        MOEX_REQUIRE(a.y_f32, ErrorCode::kInvalidArgument, "combine: float32 activations take float32 rows");
+        combine_rows<T, float>(a, stream);
     } else {
-        const dim3 grid(unsigned(a.T), unsigned(ceil_div(a.H, 256)));
-        combine::combine_kernel<T, 1><<<grid, 256, 0, stream>>>(a);
+        a.y_f32 ? combine_rows<T, float>(a, stream) : combine_rows<T, T>(a, stream);
     }
-    MOEX_LAUNCH_CHECK();
 }
 
 }  // namespace

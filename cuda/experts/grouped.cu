@@ -1,5 +1,6 @@
 // The grouped_mm pipeline (prefill): device routing into 128-row expert blocks -> gather of x -> grouped GEMM up
-// (gate epilogue, bias) -> grouped GEMM down (bias, row_scale = routing weight, f32 out) -> combine in token order.
+// (gate epilogue, bias) -> grouped GEMM down (bias, row_scale = routing weight; bf16 rows in a bf16 call, else f32)
+// -> combine in token order.
 // Quantized activations are rounded after the gather and after the up GEMM (e4m3 bytes for the FP8 kernel; its x
 // is gathered and rounded in one pass, and its h rounded in the up GEMM's epilogue for dynamic groups of 128).
 // No host sync: every size the host needs is a bound (P = S + min(E, S) * 127), so the call is graph-capturable.
@@ -15,8 +16,8 @@
 namespace moex::cuda {
 namespace {
 
-// The pipeline's A/B switch, read per call so a test can flip it: MOEX_FUSED_H_QUANT=0 quantizes h in its own pass
-// after the up GEMM (the earlier form, for timing and for the tests' twin run).
+// The pipeline's A/B switches, read per call so a test can flip them: MOEX_FUSED_H_QUANT=0 quantizes h in its own
+// pass after the up GEMM (the earlier form, for timing and for the tests' twin run); MOEX_Y_F32=1 see y_rows.
 bool env_is(const char* name, const char* value) {
     const char* env = std::getenv(name);
     return env != nullptr && std::strcmp(env, value) == 0;
@@ -37,7 +38,11 @@ void run_grouped(const ExpertsArgs& a, cudaStream_t stream, const GroupedOptions
     const size_t row_scale = ws.reserve_n<float>(P);                      // (P,) routing weight of each row
     const size_t h_rows = ws.reserve(size_t(P) * size_t(a.I) * esize);    // (P, I) hidden activation
     const size_t u_rows = a.has_gate ? 0 : ws.reserve_n<float>(P * a.I);  // ungated: (P, I) f32 pre-activation
-    const size_t y_rows = ws.reserve_n<float>(P * a.H);                   // (P, H) f32 down projection, weighted
+    // (P, H) down projection, weighted: bf16 rows in a bf16 call (each weighted term rounded once, as the reference
+    // rounds its expert outputs; half the bytes of the down GEMM's store and the combine's read), else f32 rows.
+    // MOEX_Y_F32=1 keeps f32 rows in bf16 too (the earlier form, for the A/B).
+    const bool y_f32 = a.dtype != DType::kBF16 || env_is("MOEX_Y_F32", "1");
+    const size_t y_rows = ws.reserve(size_t(P) * size_t(a.H) * (y_f32 ? sizeof(float) : size_t(esize)));
     const bool codes = activation_codes(a);  // quantized activations as codes + per-slice scales
     const size_t x_scales = codes ? ws.reserve_n<float>(P * act_slices(a, true)) : 0;
     const size_t h_scales = codes ? ws.reserve_n<float>(P * act_slices(a, false)) : 0;
@@ -74,7 +79,7 @@ void run_grouped(const ExpertsArgs& a, cudaStream_t stream, const GroupedOptions
                        .expert_scale = options.up_expert_scale};
     GroupedGemmArgs down = up;
     down.A = ws.at<void>(h_rows), down.B = a.down_proj, down.D = ws.at<void>(y_rows), down.bias = a.down_bias;
-    down.row_scale = ws.at<float>(row_scale), down.N = a.H, down.K = a.I, down.d_f32 = true;
+    down.row_scale = ws.at<float>(row_scale), down.N = a.H, down.K = a.I, down.d_f32 = y_f32;
     down.epilogue = Epilogue::kStore, down.b_scales = a.down_scales;
     down.a_scales = codes ? ws.at<float>(h_scales) : nullptr;
     down.expert_scale = options.down_expert_scale;
@@ -138,7 +143,7 @@ void run_grouped(const ExpertsArgs& a, cudaStream_t stream, const GroupedOptions
     if (quantizes_activations(a) && !fused_h_quant) quantize_rows(false, ws.at<void>(h_rows), down);
     launch_gemm(down);
 
-    launch_combine(combine_args(a, ws.at<float>(y_rows), r.slot_row, /*weighted=*/false), stream);
+    launch_combine(combine_args(a, ws.at<void>(y_rows), r.slot_row, /*weighted=*/false, y_f32), stream);
 }
 
 }  // namespace moex::cuda

@@ -105,9 +105,10 @@ inline ActQuantArgs act_quant_args(const ExpertsArgs& a, bool up, const void* sr
                         .dtype = a.dtype};
 }
 
-// out = the slot-ordered sum over Y (rows, H) f32: rows by slot_row (nullptr: row = slot); weighted: the down bias
-// and the routing weights are applied here (else Y already holds them).
-inline CombineArgs combine_args(const ExpertsArgs& a, const float* Y, const int32_t* slot_row, bool weighted) {
+// out = the slot-ordered sum over Y (rows, H), f32 or (y_f32 false) the dtype: rows by slot_row (nullptr: row = slot);
+// weighted: the down bias and the routing weights are applied here (else Y already holds them).
+inline CombineArgs combine_args(const ExpertsArgs& a, const void* Y, const int32_t* slot_row, bool weighted,
+                                bool y_f32 = true) {
     return CombineArgs{.Y = Y,
                        .slot_row = slot_row,
                        .ids = a.top_k_index,
@@ -120,7 +121,8 @@ inline CombineArgs combine_args(const ExpertsArgs& a, const float* Y, const int3
                        .E = a.E,
                        .dtype = a.dtype,
                        .ids_i64 = a.ids_i64,
-                       .weights_f32 = weighted && a.weights_f32};
+                       .weights_f32 = weighted && a.weights_f32,
+                       .y_f32 = y_f32};
 }
 
 }  // namespace moex::cuda
