@@ -231,10 +231,33 @@ TEST(CpuKernels, AmxTableKeepsTheAvx512BitsElsewhere) {
         }
         const Operands f32_rows = make(c, DType::kBF16, false, 7);  // rows that are not bf16 values: the f32 tile
         expect_same_bits(run(*amx_kernels(), f32_rows, c), run(*avx512_kernels(), f32_rows, c), "amx table, f32 rows");
-        if (choose_path(c.m, c.transposed) == GemmPath::kStream) {  // decode keeps the f32 GEMV
+        if (gemm_path(*amx_kernels(), c.m, f32_rows.w) == GemmPath::kStream) {  // decode keeps the f32 GEMV
             const Operands o = make(c, DType::kBF16, true, 9);
             expect_same_bits(run(*amx_kernels(), o, c), run(*avx512_kernels(), o, c), "amx table decode");
         }
+    }
+}
+
+// bf16 x bf16 tasks leave the GEMV for the tiles at gemm_bf16_from_rows, below the f32 tiles' hand-over, except
+// batched_mm's groups (gemv): each of their outputs stays its pair's lone GEMV, the avx512 table's bits.
+TEST(CpuKernels, AmxTakesSmallBf16TasksButNotBatchedGroups) {
+    if (amx_skip()) GTEST_SKIP() << amx_skip();
+    const KernelTable& t = *amx_kernels();
+    ASSERT_GE(t.gemm_bf16_from_rows, 1);
+    ASSERT_LE(t.gemm_bf16_from_rows, stream_max_rows(false));
+    const Case small{t.gemm_bf16_from_rows, 70, 300, false};
+    const Operands o = make(small, DType::kBF16, true, 11);
+    EXPECT_EQ(gemm_path(t, small.m, o.w), GemmPath::kPacked);
+    EXPECT_EQ(gemm_path(t, small.m, o.w, /*gemv=*/true), GemmPath::kStream);
+    expect_near_float64(t, DType::kBF16, small);
+    std::vector<float> gemv(size_t(small.m * small.n), std::nanf(""));
+    gemm_rows(t, o.rows.data(), small.m, o.w, small.n, gemv.data(), small.n, /*gemv=*/true);
+    expect_same_bits(gemv, run(*avx512_kernels(), o, small), "amx table, batched group");
+    for (int64_t r = 0; r < small.m; ++r) {  // and each row alone: the GEMV of its pair
+        std::vector<float> one(size_t(small.n), std::nanf(""));
+        gemm_rows(t, o.rows.data() + r, 1, o.w, small.n, one.data(), small.n, /*gemv=*/true);
+        expect_same_bits(one, std::vector<float>(gemv.begin() + r * small.n, gemv.begin() + (r + 1) * small.n),
+                         "amx table, one row of a batched group");
     }
 }
 

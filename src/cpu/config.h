@@ -14,7 +14,8 @@ namespace moex::cpu {
 //  kPacked: B widened and packed into 16-wide panels, the 6x16 microkernel (~80% of the fma peak measured).
 enum class GemmPath : uint8_t { kStream, kDirect, kPacked };
 
-// Rows layout: the streaming kernel measured ahead of the packed one up to 24 rows, behind from 32.
+// Rows layout: the streaming kernel measured ahead of the packed one up to 24 rows, behind from 32 (AVX2 and AVX-512
+// f32 tiles). Tables with an AMX GEMM hand bf16 x bf16 tasks over sooner (gemm.h gemm_path).
 inline int64_t stream_max_rows(bool transposed) { return transposed ? 4 : 24; }
 
 inline GemmPath choose_path(int64_t m, bool transposed) {
@@ -43,6 +44,10 @@ inline PackBlock pack_block(bool transposed, int tile_rows = 6) {
 // bf16 block, its 32 KiB column-pair panels in the 48 KiB L1d of Sapphire Rapids while the 32-row A tiles stream from
 // L2). kc is a multiple of 32 (one A tile's k). Not tuned: chosen without AMX hardware, to be measured there.
 inline PackBlock amx_pack_block() { return PackBlock{128, 512}; }
+// From this many rows a bf16 x bf16 task runs on the AMX tiles rather than the streaming GEMV (the amx table's
+// gemm_bf16_from_rows): a tile multiplies 16 rows for the price of one, so it wins long before the f32 tiles'
+// 24 rows. To be measured on the AMX Xeon (bench/RESULTS.md C4): provisional.
+inline constexpr int64_t kAmxFromRows = 8;
 
 // Quantized weights on the streaming path that the table's stream_fused does not take (the scalar table, K not a
 // multiple of 16) are dequantized in blocks of whole rows of about this many f32 bytes (a multiple of 8 rows, the dot

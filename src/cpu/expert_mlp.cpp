@@ -7,6 +7,7 @@
 #include "src/cpu/config.h"
 #include "src/cpu/gate.h"
 #include "src/cpu/gemm.h"
+#include "src/cpu/kernels.h"
 #include "src/cpu/parallel.h"
 
 namespace moex::cpu {
@@ -18,7 +19,8 @@ struct Task {
 };
 
 // A group keeps all its rows in one task (its weights are read once) and splits columns only, except for packed
-// groups above kMc rows, split into balanced row blocks. Kernel paths depend on the rows of a task only.
+// groups above kMc rows, split into balanced row blocks. Kernel paths depend on a task's rows and the schedule
+// (gemm.h gemm_path), never on the thread count.
 // A run of groups of one expert with equal rows (batched_mm's single rows) is ordered column block first, so the
 // block of weights they share is read from DRAM once and then from L2.
 std::vector<Task> make_tasks(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, bool up) {
@@ -29,8 +31,8 @@ std::vector<Task> make_tasks(const CpuProblem& cp, const Routing& r, int64_t g0,
     std::vector<Task> tasks;
     for (int64_t run = g0, end = g0; run < g1; run = end) {
         for (end = run + 1; end < g1 && same(end, run);) ++end;
-        const int64_t m = rows(run);
-        const GemmPath path = choose_path(m, tr);
+        const int64_t m = rows(run), e = r.expert[size_t(run)];
+        const GemmPath path = gemm_path(kernels(), m, up ? cp.up(e) : cp.down(e), r.gemv);
         const int64_t blocks = path == GemmPath::kPacked ? (m + kMc - 1) / kMc : 1;
         const int64_t cols = up ? up_task_cols(path, tr, cp.I) : down_task_cols(path, tr, cp.H);
         for (int64_t i = 0; i < blocks; ++i)
@@ -59,14 +61,14 @@ void up_task(const CpuProblem& cp, const Routing& r, const Task& t, const UpInpu
     switch (cp.layout) {
         case GateLayout::kConcatenated:
             if (ni == cp.I) {  // all of I: gate and up rows are adjacent, one pass reads whole rows of B
-                gemm_rows(a, m, w, 2 * ni, tile, width);
+                gemm_rows(a, m, w, 2 * ni, tile, width, r.gemv);
                 break;
             }
-            gemm_rows(a, m, w.from_row(t.c0), ni, tile, width);
-            gemm_rows(a, m, w.from_row(cp.I + t.c0), ni, tile + ni, width);
+            gemm_rows(a, m, w.from_row(t.c0), ni, tile, width, r.gemv);
+            gemm_rows(a, m, w.from_row(cp.I + t.c0), ni, tile + ni, width, r.gemv);
             break;
-        case GateLayout::kInterleaved: gemm_rows(a, m, w.from_row(2 * t.c0), 2 * ni, tile, width); break;
-        case GateLayout::kUngated: gemm_rows(a, m, w.from_row(t.c0), ni, tile, width); break;
+        case GateLayout::kInterleaved: gemm_rows(a, m, w.from_row(2 * t.c0), 2 * ni, tile, width, r.gemv); break;
+        case GateLayout::kUngated: gemm_rows(a, m, w.from_row(t.c0), ni, tile, width, r.gemv); break;
     }
     apply_gate(cp, e, tile, m, t.c0, ni, h + t.r0 * cp.I + t.c0, cp.I);
 }
@@ -76,7 +78,7 @@ void down_task(const CpuProblem& cp, const Routing& r, const Task& t, const floa
     const float** a = row_pointers(m);
     for (int64_t i = 0; i < m; ++i) a[i] = h + (t.r0 + i) * cp.I;
     float* c = y + t.r0 * cp.H + t.c0;  // (m, n) with row stride H
-    gemm_rows(a, m, cp.down(e).from_row(t.c0), n, c, cp.H);
+    gemm_rows(a, m, cp.down(e).from_row(t.c0), n, c, cp.H, r.gemv);
     if (!cp.down_bias) return;
     float* b = thread_scratch(2, n);
     const int64_t es = dtype_size(cp.dtype);

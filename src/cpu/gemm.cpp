@@ -112,15 +112,23 @@ void stream_quantized(const KernelTable& kt, const float* const* a, int64_t m, c
 
 }  // namespace
 
-void gemm_rows(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc) {
-    gemm_rows(kernels(), a, m, b, n, c, ldc);
+GemmPath gemm_path(const KernelTable& kt, int64_t m, const WeightMat& b, bool gemv) {
+    const GemmPath path = choose_path(m, b.transposed);
+    const bool amx = kt.gemm_bf16 != nullptr && b.dtype == DType::kBF16 && !b.quantized();
+    return path == GemmPath::kStream && amx && !gemv && m >= kt.gemm_bf16_from_rows ? GemmPath::kPacked : path;
+}
+
+void gemm_rows(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc, bool gemv) {
+    gemm_rows(kernels(), a, m, b, n, c, ldc, gemv);
 }
 
 void gemm_rows(const KernelTable& kt, const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c,
-               int64_t ldc) {
-    const GemmPath path = choose_path(m, b.transposed);
-    if (path == GemmPath::kStream)
+               int64_t ldc, bool gemv) {
+    const GemmPath path = gemm_path(kt, m, b, gemv);
+    const auto stream = [&] {
         return b.quantized() ? stream_quantized(kt, a, m, b, n, c, ldc) : kt.stream(a, m, b, n, c, ldc);
+    };
+    if (path == GemmPath::kStream) return stream();
     const PackBlock blk = pack_block(b.transposed, kt.mr);
     const bool amx = kt.gemm_bf16 != nullptr;
     if ((kt.micro_bf16 || amx) && b.dtype == DType::kBF16 && !b.quantized()) {  // bf16 x bf16: A's values all bf16
@@ -140,6 +148,8 @@ void gemm_rows(const KernelTable& kt, const float* const* a, int64_t m, const We
             return;
         }
     }
+    // Rows that are not all bf16 values: the f32 kernels, the streaming one where config.h would have chosen it.
+    if (choose_path(m, b.transposed) == GemmPath::kStream) return stream();
     if (path == GemmPath::kDirect) return gemm_direct(kt, a, m, b, n, blk.kc, c, ldc);
     for (int64_t n0 = 0; n0 < n; n0 += blk.nc)
         gemm_packed(kt, a, m, b.from_row(n0), n - n0 < blk.nc ? n - n0 : blk.nc, blk.kc, c + n0, ldc);
@@ -158,7 +168,7 @@ void dense_gemm(const float* A, const void* B, DType b_dtype, float* C, int64_t 
     std::vector<const float*> rows(static_cast<size_t>(M));
     for (int64_t r = 0; r < M; ++r) rows[size_t(r)] = A + r * K;
     // Tasks as in the experts path: balanced row blocks of <= kMc (one path for all), columns in B-block widths.
-    const bool stream = choose_path(M, false) == GemmPath::kStream;
+    const bool stream = gemm_path(kernels(), M, b) == GemmPath::kStream;
     const int64_t tm = stream ? 1 : (M + kMc - 1) / kMc, nb = stream ? 64 : pack_block(false).nc;
     const int64_t tn = (N + nb - 1) / nb;
     parallel_for(tm * tn, resolve_threads(num_threads), [&](int64_t task) {

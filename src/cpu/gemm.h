@@ -5,17 +5,26 @@
 #include <cstdint>
 
 #include "moex/dtype.h"
+#include "src/cpu/config.h"
 #include "src/cpu/problem.h"
 
 namespace moex::cpu {
 
-// C[r*ldc + c] = Σ_k a[r][k]·B(c, k) for r < m, c < n, K = b.K. Single-threaded (a task of the caller).
-// The path (config.h choose_path) depends on m and the layout only: streaming kernel, direct or packed microkernel.
-void gemm_rows(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc);
-// The same on a given kernel table (kernels.h) instead of this CPU's best: the tests compare the tables on one machine.
 struct KernelTable;
+
+// The path gemm_rows takes on table kt: config.h choose_path (m and the layout), except that bf16 x bf16 tasks of
+// kt.gemm_bf16_from_rows rows or more take the table's AMX GEMM (reported as kPacked) where it has one. gemv: stay on
+// the streaming kernel up to stream_max_rows (batched_mm, whose every output is its pair's lone GEMV).
+GemmPath gemm_path(const KernelTable& kt, int64_t m, const WeightMat& b, bool gemv = false);
+
+// C[r*ldc + c] = Σ_k a[r][k]·B(c, k) for r < m, c < n, K = b.K. Single-threaded (a task of the caller).
+// The path (gemm_path) depends on m, the weights' dtype and layout, and whether the rows hold bf16 values only:
+// streaming kernel, direct or packed microkernel, or AMX tiles.
+void gemm_rows(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc,
+               bool gemv = false);
+// The same on a given kernel table (kernels.h) instead of this CPU's best: the tests compare the tables on one machine.
 void gemm_rows(const KernelTable& kt, const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c,
-               int64_t ldc);
+               int64_t ldc, bool gemv = false);
 
 // The kernel table every GEMM here runs (kernels.h): "scalar", "avx2", "avx512", "avx512_bf16" or "amx".
 const char* gemm_kernels();

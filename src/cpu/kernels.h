@@ -56,6 +56,9 @@ struct KernelTable {
     // its k blocks in order, each as TDPBF16PS's k pairs in order (gemm_amx.cpp), so its bits depend on (K, layout).
     void (*gemm_bf16)(const uint16_t* a, int64_t lda, int64_t m, const WeightMat& b, int64_t n, int64_t kcb, float* c,
                       int64_t ldc);
+    // Tables with gemm_bf16: bf16 x bf16 tasks of at least this many rows take it instead of the streaming kernel
+    // (gemm.h gemm_path; rows past config.h stream_max_rows always do). MOEX_CPU_AMX_FROM_ROWS sets it for tuning.
+    int64_t gemm_bf16_from_rows;
 };
 
 const KernelTable& kernels();              // the best table for this CPU (or MOEX_CPU_KERNELS's)

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "src/cpu/config.h"
 #include "src/cpu/dequant.h"
 #include "src/cpu/gate.h"
 #include "src/cpu/kernels.h"
@@ -166,13 +167,16 @@ const char* amx_why_not() {
 #endif
 }
 
-// The AVX-512 table whose bf16 x bf16 GEMMs (bf16 weights, bf16-valued rows, more than the streaming path's rows) run
-// on AMX tiles; everything else (f32, f16, quantized, decode) is the avx512 table's.
+// The AVX-512 table whose bf16 x bf16 GEMMs (bf16 weights, bf16-valued rows, kAmxFromRows rows or more) run on AMX
+// tiles; everything else (f32, f16, quantized, decode) is the avx512 table's.
 const KernelTable* amx_kernels() {
     static const KernelTable table = [] {
         KernelTable t = avx512_kernels() ? *avx512_kernels() : kScalarTable;
         t.name = "amx";
         t.rows_bf16 = rows_bf16_avx512, t.pack_b_bf16 = pack_b_bf16_avx512, t.gemm_bf16 = gemm_bf16_amx;
+        t.gemm_bf16_from_rows = kAmxFromRows;
+        if (const char* env = std::getenv("MOEX_CPU_AMX_FROM_ROWS"); env != nullptr && std::atoll(env) > 0)
+            t.gemm_bf16_from_rows = std::atoll(env);
         return t;
     }();
     return amx_why_not() == nullptr ? &table : nullptr;

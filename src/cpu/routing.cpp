@@ -53,6 +53,7 @@ Routing route_by_slot(const CpuProblem& cp, int64_t t0, int64_t t1, int64_t max_
         }
     r.expert = std::move(expert);
     r.begin = std::move(begin);
+    r.gemv = true;
     return r;
 }
 

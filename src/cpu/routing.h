@@ -14,6 +14,7 @@ struct Routing {
     std::vector<int64_t> begin;     // (G + 1,) rows of group g are [begin[g], begin[g + 1])
     std::vector<int32_t> token;     // (rows,)  token of each row, relative to the chunk start
     std::vector<int64_t> slot_row;  // (chunk_T * k,) row holding (t, j), or -1 for a sentinel id
+    bool gemv = false;              // route_by_slot: every group takes the streaming kernel (gemm.h gemm_path)
     int64_t rows() const { return begin.back(); }
     int64_t groups() const { return int64_t(expert.size()); }
 };
