@@ -6,7 +6,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <new>
 
@@ -33,7 +35,7 @@ constexpr int64_t kHopperL2Bytes = 60LL << 20;  // H200 L2 (60 MB): what weight 
 struct BenchArgs {
     std::string device = "cpu", dtype = "bf16", json_file, quant = "none", block = "128x128", scale_fmt = "float",
                 activation_scheme;
-    std::vector<std::string> backends, shapes;
+    std::vector<std::string> backends, shapes, peer_gemms;
     std::vector<int64_t> tokens;
     int threads = 0, reps = 0, warmup = -1;
     double case_seconds = 0, max_weight_gb = 0, peak_gflops = 0, peak_gbps = 0;
@@ -181,6 +183,13 @@ MachineFloor make_floor(const BenchArgs& a, const BenchConfig& c, std::vector<st
     } else {
         measure_cuda_floor(c, floor, notes);
     }
+    for (const std::string& peer : a.peer_gemms) {  // "what=GFLOPS", checked by the option's validator
+        const size_t eq = peer.rfind('=');
+        const GemmRate rate{peer.substr(0, eq) + " (--peer-gemm)", std::stod(peer.substr(eq + 1))};
+        floor.gemms.push_back(rate);
+        if (rate.gflops > floor.gemm_gflops)  // its size is in its name
+            floor.gemm_gflops = rate.gflops, floor.gemm_best = rate.what, floor.gemm_size = 0;
+    }
     if (a.peak_gflops > 0) {
         floor.gemms = {{"given by --peak-gflops", a.peak_gflops}};
         floor.gemm_gflops = a.peak_gflops, floor.gemm_best = "given by --peak-gflops";
@@ -325,6 +334,18 @@ void add_bench_command(CLI::App& app) {
                     "Weight memory per shape (GiB); E is reduced to fit (default: CPU 6, CUDA 100)");
     cmd->add_option("--peak-gflops", a->peak_gflops,
                     "GEMM rate of the floor (default: measured in the run, CPU and CUDA)");
+    cmd->add_option("--peer-gemm", a->peer_gemms,
+                    "WHAT=GFLOPS: a dense GEMM rate measured outside moex on this machine in the same run (e.g. "
+                    "torch.matmul on oneDNN's AMX, bench/torch_gemm_rate.py), one of the floor's GEMMs (repeatable)")
+        ->check([](const std::string& s) -> std::string {
+            const size_t eq = s.rfind('=');
+            if (eq == std::string::npos || eq == 0) return "expected WHAT=GFLOPS, got '" + s + "'";
+            char* end = nullptr;
+            const double v = std::strtod(s.c_str() + eq + 1, &end);
+            if (end == s.c_str() + eq + 1 || *end != '\0' || !(v > 0) || !std::isfinite(v))
+                return "the rate after '=' must be a positive number of GFLOP/s, got '" + s.substr(eq + 1) + "'";
+            return "";
+        });
     cmd->add_option("--peak-gbps", a->peak_gbps, "Bandwidth of the floor (default: measured in the run, CPU and CUDA)");
     cmd->add_option("--read-mib", a->read_mib, "CPU: buffer for the bandwidth test (MiB)")->capture_default_str();
     cmd->add_option("--gemm-n", a->gemm_n, "CPU: M = N = K of the dense GEMM test")->capture_default_str();

@@ -9,7 +9,8 @@
 #
 # Env: MOEX (build/moex), PY (a python with torch + transformers, default ~/.cache/moex/venv/bin/python), SHAPES,
 #      TOKENS, DTYPE (bf16 | f32), QUANT (none | fp8_block), THREADS (default nproc), OUT (folder of the JSON lines),
-#      SECONDS_PER_CASE (3). Slow peers are cut so the run stays bounded: moex's and transformers' batched_mm (one
+#      SECONDS_PER_CASE (3), TORCH_GEMM (1: torch's dense GEMM rate, bench/torch_gemm_rate.py, joins moex bench's
+#      floor as --peer-gemm, so the compute term is the machine's fastest GEMM: oneDNN's AMX on a Xeon). Slow peers are cut so the run stays bounded: moex's and transformers' batched_mm (one
 #      weight copy per routed pair) and transformers' eager only up to SMALL_T (64); at T > SMALL_T transformers'
 #      grouped_mm is timed on one call without a warm-up (its bf16 path takes minutes there on an AVX2 CPU).
 set -euo pipefail
@@ -35,6 +36,13 @@ log() { echo "cpu_side_by_side: $*" >&2; }
 
 moex_args=(bench --shapes "$SHAPES" --dtype "$DTYPE" --threads "$THREADS" --case-seconds "$CASE_S" --json)
 [[ $QUANT != none ]] && moex_args+=(--quant "$QUANT")
+if [[ ${TORCH_GEMM:-1} == 1 ]]; then  # at moex bench's GEMM size: 2048³, and 4096³ too above 4 threads
+    for n in 2048 $((THREADS > 4 ? 4096 : 0)); do
+        ((n)) || continue
+        rate=$("$PY" "$ROOT/bench/torch_gemm_rate.py" --dtype "$DTYPE" --n "$n" --threads "$THREADS") &&
+            moex_args+=(--peer-gemm "$rate") && log "floor GEMM candidate: $rate"
+    done
+fi
 # A failed case (an error, a wrong output, a time below its floor) makes moex bench exit 1 after the other cases:
 # the peers still run, and this script exits 1 at the end.
 status=0

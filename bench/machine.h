@@ -33,7 +33,7 @@ struct MachineFloor {
     std::vector<GemmRate> gemms;  // every dense GEMM measured; the floor uses the fastest
     double gemm_gflops = 0;
     std::string gemm_best;
-    int64_t gemm_size = 0;           // M = N = K of the fastest GEMM (the CPU floor's)
+    int64_t gemm_size = 0;           // M = N = K of the fastest GEMM (the CPU floor's; 0: a --peer-gemm)
     std::vector<std::string> notes;  // what could not be measured, and why
 };
 
