@@ -45,9 +45,10 @@ inline PackBlock pack_block(bool transposed, int tile_rows = 6) {
 // L2). kc is a multiple of 32 (one A tile's k). Not tuned: chosen without AMX hardware, to be measured there.
 inline PackBlock amx_pack_block() { return PackBlock{128, 512}; }
 // From this many rows a bf16 x bf16 task runs on the AMX tiles rather than the streaming GEMV (the amx table's
-// gemm_bf16_from_rows): a tile multiplies 16 rows for the price of one, so it wins long before the f32 tiles'
-// 24 rows. To be measured on the AMX Xeon (bench/RESULTS.md C4): provisional.
-inline constexpr int64_t kAmxFromRows = 8;
+// gemm_bf16_from_rows): one full A tile. Measured on a 16-core AMX Xeon (bench/RESULTS.md C4): from 16 rows instead
+// of 25, mixtral T = 48-64 (12-16 rows an expert) -7 to -25% and qwen3 T = 256 -13% at 16 and 2 threads; from 8 or 4
+// rows the tiles lose (mixtral T = 32, 8 rows: +21% at both thread counts).
+inline constexpr int64_t kAmxFromRows = 16;
 
 // Quantized weights on the streaming path that the table's stream_fused does not take (the scalar table, K not a
 // multiple of 16) are dequantized in blocks of whole rows of about this many f32 bytes (a multiple of 8 rows, the dot
