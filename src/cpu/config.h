@@ -46,7 +46,7 @@ inline PackBlock pack_block(bool transposed, int tile_rows = 6) {
 inline PackBlock amx_pack_block() { return PackBlock{128, 512}; }
 // From this many rows a bf16 x bf16 task runs on the AMX tiles rather than the streaming GEMV (the amx table's
 // gemm_bf16_from_rows): one full A tile. Measured on a 16-core AMX Xeon (bench/RESULTS.md C4): from 16 rows instead
-// of 25, mixtral T = 48-64 (12-16 rows an expert) -7 to -25% and qwen3 T = 256 -13% at 16 and 2 threads; from 8 or 4
+// of 25, mixtral T = 48-64 (12-16 rows an expert) -7 to -27% and qwen3 T = 256 -13% at 16 and 2 threads; from 8 or 4
 // rows the tiles lose (mixtral T = 32, 8 rows: +21% at both thread counts).
 inline constexpr int64_t kAmxFromRows = 16;
 
