@@ -1,5 +1,6 @@
 // Plain device memory and copies (cuda/common/memory.h): tools, tests, bindings and the expert-parallel runner.
 #include "cuda/common/check.h"
+#include "cuda/common/device.h"
 #include "cuda/common/memory.h"
 
 namespace moex::cuda {
@@ -11,6 +12,12 @@ int device_count() {
         return 0;
     }
     return n;
+}
+
+int compute_capability() {
+    if (device_count() == 0) return 0;
+    const DeviceState& d = device_state();
+    return d.cc_major * 10 + d.cc_minor;
 }
 
 void* device_alloc(size_t bytes) {

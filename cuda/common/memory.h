@@ -6,7 +6,8 @@
 
 namespace moex::cuda {
 
-int device_count();  // 0 when no driver or no device
+int device_count();        // 0 when no driver or no device
+int compute_capability();  // the current device's major·10 + minor; 0 when no driver or no device
 void* device_alloc(size_t bytes);
 void device_free(void* p);
 void copy_to_device(void* dst, const void* src, size_t bytes);  // synchronous

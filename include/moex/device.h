@@ -23,6 +23,9 @@ class DeviceTensor {
 };
 
 int cuda_device_count();  // 0 in a build without CUDA or on a machine without a GPU
+// The current CUDA device's compute capability as major·10 + minor (90: Hopper, where the sm_90a kernels run); 0 in a
+// build without CUDA or on a machine without a GPU.
+int cuda_compute_capability();
 void device_synchronize(Device device);
 
 }  // namespace moex

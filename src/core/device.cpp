@@ -81,6 +81,14 @@ int cuda_device_count() {
 #endif
 }
 
+int cuda_compute_capability() {
+#if MOEX_WITH_CUDA
+    return cuda::compute_capability();
+#else
+    return 0;
+#endif
+}
+
 void device_synchronize(Device device) {
 #if MOEX_WITH_CUDA
     if (device == Device::kCUDA) cuda::device_synchronize();
