@@ -10,7 +10,8 @@
 # Env: MOEX (build/moex), PY (a python with torch + transformers, default ~/.cache/moex/venv/bin/python), SHAPES,
 #      TOKENS, DTYPE (bf16 | f32), QUANT (none | fp8_block), THREADS (default nproc), OUT (folder of the JSON lines),
 #      SECONDS_PER_CASE (3), TORCH_GEMM (1: torch's dense GEMM rate, bench/torch_gemm_rate.py, joins moex bench's
-#      floor as --peer-gemm, so the compute term is the machine's fastest GEMM: oneDNN's AMX on a Xeon). Slow peers are cut so the run stays bounded: moex's and transformers' batched_mm (one
+#      floor as --peer-gemm, so the compute term is the machine's fastest GEMM: oneDNN's AMX on a Xeon; 0: not).
+#      Slow peers are cut so the run stays bounded: moex's and transformers' batched_mm (one
 #      weight copy per routed pair) and transformers' eager only up to SMALL_T (64); at T > SMALL_T transformers'
 #      grouped_mm is timed on one call without a warm-up (its bf16 path takes minutes there on an AVX2 CPU).
 set -euo pipefail

@@ -1,5 +1,4 @@
-// Launcher of the combine kernel (combine.cuh), one instantiation per activation dtype, row type and
-// vector width.
+// Launcher of the combine kernel (combine.cuh), one instantiation per activation dtype, row type and vector width.
 #include <type_traits>
 
 #include "cuda/common/align.h"
