@@ -111,14 +111,7 @@ void run_experts_backward(const ExpertsBackwardArgs& b, void* stream_handle) {
                                  .dtype = a.dtype,
                                  .b_k_major = a.is_transposed};
         backward::launch_row_gemm(dx, stream);
-        backward::launch_token_sum({.rows = ws.at<float>(dx_rows),
-                                    .slot_row = r.slot_row,
-                                    .out = b.grad_hidden,
-                                    .T = a.T,
-                                    .H = H,
-                                    .k = a.k,
-                                    .dtype = a.dtype},
-                                   stream);
+        backward::launch_token_sum(backward::token_sum_args(b, r.slot_row, ws.at<float>(dx_rows)), stream);
     }
     auto weight_grad = [&](const RowOperand& P, const RowOperand& Q, void* C, int64_t M, int64_t L) {
         backward::launch_weight_grad({.P = P,
@@ -140,18 +133,8 @@ void run_experts_backward(const ExpertsBackwardArgs& b, void* stream_handle) {
         a.is_transposed ? weight_grad(h_rows, wdo_rows, b.grad_down, I, H)
                         : weight_grad(wdo_rows, h_rows, b.grad_down, H, I);
     }
-    auto column_sums = [&](const RowOperand& src, void* out, int64_t L) {
-        backward::launch_column_sums({.src = src,
-                                      .out = out,
-                                      .expert_row_start = r.expert_row_start,
-                                      .expert_count = r.expert_count,
-                                      .E = E,
-                                      .L = L,
-                                      .dtype = a.dtype},
-                                     stream);
-    };
-    if (b.grad_gate_up_bias) column_sums(da_rows, b.grad_gate_up_bias, N);
-    if (b.grad_down_bias) column_sums(wdo_rows, b.grad_down_bias, H);
+    backward::launch_bias_grads(b, r.expert_row_start, r.expert_count, r.row_slot, ws.at<float>(au),
+                                ws.at<float>(row_w), stream);
 }
 
 }  // namespace moex::cuda

@@ -81,6 +81,27 @@ void launch_column_sums(const ColumnSumArgs& a, cudaStream_t stream) {
     });
 }
 
+void launch_bias_grads(const ExpertsBackwardArgs& b, const int32_t* expert_row_start, const int32_t* expert_count,
+                       const int32_t* row_slot, const float* au, const float* row_w, cudaStream_t stream) {
+    const ExpertsArgs& a = b.fwd;
+    const auto column_sums = [&](const RowOperand& src, void* out, int64_t L) {
+        launch_column_sums({.src = src,
+                            .out = out,
+                            .expert_row_start = expert_row_start,
+                            .expert_count = expert_count,
+                            .E = a.E,
+                            .L = L,
+                            .dtype = a.dtype},
+                           stream);
+    };
+    const int64_t N = a.has_gate ? 2 * a.I : a.I;
+    if (b.grad_gate_up_bias)
+        column_sums({.data = au, .row_slot = nullptr, .row_scale = nullptr, .ld = N, .k = a.k}, b.grad_gate_up_bias, N);
+    if (b.grad_down_bias)
+        column_sums({.data = b.grad_out, .row_slot = row_slot, .row_scale = row_w, .ld = a.H, .k = a.k},
+                    b.grad_down_bias, a.H);
+}
+
 void launch_gate_grad(const GateGradArgs& a, cudaStream_t stream) {
     const unsigned blocks = stride_blocks(a.S, 1, 16);
     with_dtype(a.dtype, "experts backward", [&](auto t) {

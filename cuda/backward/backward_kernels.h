@@ -133,5 +133,16 @@ struct TokenSumArgs {
     DType dtype;
 };
 void launch_token_sum(const TokenSumArgs& args, cudaStream_t stream);
+// grad_hidden from the dX rows (S, H) f32, as both backward forms (backward.cu, backward_sm90.cu) sum it.
+inline TokenSumArgs token_sum_args(const ExpertsBackwardArgs& b, const int32_t* slot_row, const float* dx_rows) {
+    const ExpertsArgs& a = b.fwd;
+    return TokenSumArgs{
+        .rows = dx_rows, .slot_row = slot_row, .out = b.grad_hidden, .T = a.T, .H = a.H, .k = a.k, .dtype = a.dtype};
+}
+
+// The bias gradients of both backward forms, each where asked: per expert, the column sums of dA (au: (rows, N) f32
+// in routed-row order) into grad_gate_up_bias and of w·dO (dO's rows by row_slot, scaled by row_w) into grad_down_bias.
+void launch_bias_grads(const ExpertsBackwardArgs& b, const int32_t* expert_row_start, const int32_t* expert_count,
+                       const int32_t* row_slot, const float* au, const float* row_w, cudaStream_t stream);
 
 }  // namespace moex::cuda::backward

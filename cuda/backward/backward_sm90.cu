@@ -163,14 +163,7 @@ void run_experts_backward_sm90(const ExpertsBackwardArgs& b, cudaStream_t stream
     if (b.grad_hidden) {
         m.dx.A = ws.at<void>(da16), m.dx.D = ws.at<void>(dx_rows);
         launch_grouped_gemm(m.dx, stream);
-        backward::launch_token_sum({.rows = ws.at<float>(dx_rows),
-                                    .slot_row = r.slot_row,
-                                    .out = b.grad_hidden,
-                                    .T = a.T,
-                                    .H = H,
-                                    .k = a.k,
-                                    .dtype = a.dtype},
-                                   stream);
+        backward::launch_token_sum(backward::token_sum_args(b, r.slot_row, ws.at<float>(dx_rows)), stream);
     }
     if (b.grad_gate_up) {
         m.dwu.A = ws.at<void>(a.is_transposed ? x_rows : da16), m.dwu.B = ws.at<void>(a.is_transposed ? da16 : x_rows);
@@ -181,22 +174,8 @@ void run_experts_backward_sm90(const ExpertsBackwardArgs& b, cudaStream_t stream
         m.dwd.B = ws.at<void>(a.is_transposed ? do_rows : wh16);
         launch_weight_grad_sm90(m.dwd, stream);
     }
-    auto column_sums = [&](const backward::RowOperand& src, void* out, int64_t L) {
-        backward::launch_column_sums({.src = src,
-                                      .out = out,
-                                      .expert_row_start = r.expert_row_start,
-                                      .expert_count = r.expert_count,
-                                      .E = E,
-                                      .L = L,
-                                      .dtype = a.dtype},
-                                     stream);
-    };
-    if (b.grad_gate_up_bias)
-        column_sums({.data = ws.at<float>(au), .row_slot = nullptr, .row_scale = nullptr, .ld = N, .k = a.k},
-                    b.grad_gate_up_bias, N);
-    if (b.grad_down_bias)
-        column_sums({.data = b.grad_out, .row_slot = r.row_slot, .row_scale = ws.at<float>(row_w), .ld = H, .k = a.k},
-                    b.grad_down_bias, H);
+    backward::launch_bias_grads(b, r.expert_row_start, r.expert_count, r.row_slot, ws.at<float>(au),
+                                ws.at<float>(row_w), stream);
 }
 
 }  // namespace moex::cuda
