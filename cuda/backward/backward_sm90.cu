@@ -131,10 +131,12 @@ void run_experts_backward_sm90(const ExpertsBackwardArgs& b, cudaStream_t stream
                                       .row_scale = scale,
                                       .topk_weights = a.top_k_weights,
                                       .row_slot = r.row_slot,
+                                      .slot_row = r.slot_row,
                                       .total_rows = r.expert_row_start + E,
                                       .rows_bound = P,
                                       .H = H,
                                       .k = a.k,
+                                      .T = a.T,
                                       .dtype = a.dtype,
                                       .weights_f32 = a.weights_f32},
                            stream);

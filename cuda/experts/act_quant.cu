@@ -99,65 +99,87 @@ __device__ __forceinline__ void load8(float (&v)[8], const T* p, bool valid) {
     }
 }
 
-// Gather + dynamic quantization, groups of 128: one warp per padded row (grid-stride over rows), 256 values per step,
-// lane l holding values 8 (l % 16) .. + 7 of the step's group 2·step + l / 16 (one 16-byte load, two for f32), so a
-// half-warp holds a group and reduces it with four shuffles. kBatch steps' loads are issued before their reductions
-// and the next row's slot is loaded a row ahead, so a warp keeps 2 KB in flight instead of one 8-byte load per lane
-// (the earlier one-warp-per-group kernel ran at a third of the bandwidth: RESULTS L7). The same f32 operations as
-// act_quant_kernel.
+// Gather + dynamic quantization, groups of 128, token-major: one warp per token quantizes its row once and writes the
+// codes and scales to the rows of its k slots (walking the padded rows instead quantized each token k times and read
+// its row k times); then the padding rows get codes 0, scale 0 and weight 0. 256 values per step, lane l holding
+// values 8 (l % 16) .. + 7 of the step's group 2·step + l / 16 (one 16-byte load, two for f32), so a half-warp holds
+// a group and reduces it with four shuffles; kBatch steps' loads are issued before their reductions. The same f32
+// operations as act_quant_kernel.
 template <class T>
 __global__ void __launch_bounds__(32 * kWarps, 2) gather_act_quant_kernel(const __grid_constant__ GatherQuantArgs a) {
     constexpr int kBatch = 4;
     const GatherArgs& g = a.gather;
-    const int64_t groups = g.H / 128, steps = (groups + 1) / 2, total = *g.total_rows;
+    const int64_t groups = g.H / 128, steps = (groups + 1) / 2;
     const int lane = threadIdx.x % 32, half = lane / 16, col = 8 * (lane % 16);
-    const int64_t stride = int64_t(gridDim.x) * kWarps;
-    int64_t r = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
-    int s_next = r < total ? g.row_slot[r] : -1;
-    for (; r < total; r += stride) {
-        const int s = s_next;
-        if (r + stride < total) s_next = g.row_slot[r + stride];
-        const T* src = static_cast<const T*>(g.x) + int64_t(s >= 0 ? s / g.k : 0) * g.H + col;
-        uint8_t* dst = a.dst + r * g.H + col;
-        for (int64_t c0 = 0; c0 < steps; c0 += kBatch) {
-            float v[kBatch][8];
+    const int64_t warps = int64_t(gridDim.x) * kWarps, warp = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+    for (int64_t t = warp; t < g.T; t += warps) {
+        const T* src = static_cast<const T*>(g.x) + t * g.H + col;
+        for (int64_t j0 = 0; j0 < g.k; j0 += 32) {  // the token's slots, 32 at a time: lane j holds slot j0 + j's row
+            const int nrows = g.k - j0 < 32 ? int(g.k - j0) : 32;
+            const int64_t slot = t * g.k + j0 + lane;
+            const int row = lane < nrows ? g.slot_row[slot] : -1;
+            for (int64_t c0 = 0; c0 < steps; c0 += kBatch) {
+                float v[kBatch][8];
 #pragma unroll
-            for (int b = 0; b < kBatch; ++b) {
-                const int64_t grp = 2 * (c0 + b) + half;
-                load8(v[b], src + grp * 128, s >= 0 && c0 + b < steps && grp < groups);
-            }
+                for (int b = 0; b < kBatch; ++b) {
+                    const int64_t grp = 2 * (c0 + b) + half;
+                    load8(v[b], src + grp * 128, c0 + b < steps && grp < groups);
+                }
+                uint2 code[kBatch];
+                float sc[kBatch];
 #pragma unroll
-            for (int b = 0; b < kBatch; ++b) {
-                const int64_t grp = 2 * (c0 + b) + half;
-                float amax = 0.0f;
+                for (int b = 0; b < kBatch; ++b) {
+                    float amax = 0.0f;
 #pragma unroll
-                for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[b][i]));
+                    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[b][i]));
 #pragma unroll
-                for (int o = 8; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-                // An all-zero group (padding rows, zero inputs) stays zero, codes 0 with scale 0 (the division
-                // would be NaN).
-                const float sc = amax == 0.0f ? 0.0f : __fdiv_rn(amax, 448.0f);
-                uint32_t lo = 0, hi = 0;
-                if (amax != 0.0f) {
-                    const float inv = dynamic_inverse(amax);
+                    for (int o = 8; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+                    // An all-zero group (zero inputs) stays zero, codes 0 with scale 0 (the division would be NaN).
+                    sc[b] = amax == 0.0f ? 0.0f : __fdiv_rn(amax, 448.0f);
+                    uint32_t lo = 0, hi = 0;
+                    if (amax != 0.0f) {
+                        const float inv = dynamic_inverse(amax);
 #pragma unroll
-                    for (int i = 0; i < 4; i += 2) {
-                        lo |= uint32_t(f32x2_to_e4m3x2(v[b][i] * inv, v[b][i + 1] * inv)) << (8 * i);
-                        hi |= uint32_t(f32x2_to_e4m3x2(v[b][i + 4] * inv, v[b][i + 5] * inv)) << (8 * i);
+                        for (int i = 0; i < 4; i += 2) {
+                            lo |= uint32_t(f32x2_to_e4m3x2(v[b][i] * inv, v[b][i + 1] * inv)) << (8 * i);
+                            hi |= uint32_t(f32x2_to_e4m3x2(v[b][i + 4] * inv, v[b][i + 5] * inv)) << (8 * i);
+                        }
+                    }
+                    code[b] = make_uint2(lo, hi);
+                }
+                for (int j = 0; j < nrows; ++j) {
+                    const int r = __shfl_sync(0xffffffffu, row, j);
+                    if (r < 0) continue;
+#pragma unroll
+                    for (int b = 0; b < kBatch; ++b) {
+                        const int64_t grp = 2 * (c0 + b) + half;
+                        if (c0 + b < steps && grp < groups) {
+                            *reinterpret_cast<uint2*>(a.dst + int64_t(r) * g.H + grp * 128 + col) = code[b];
+                            if (lane % 16 == 0) a.scale_out[int64_t(r) * groups + grp] = sc[b];
+                        }
                     }
                 }
-                if (c0 + b < steps && grp < groups) {
-                    *reinterpret_cast<uint2*>(dst + grp * 128) = make_uint2(lo, hi);
-                    if (lane % 16 == 0) a.scale_out[r * groups + grp] = sc;
-                }
             }
+            if (row >= 0 && g.row_scale != nullptr)
+                g.row_scale[row] = load_weight(g.topk_weights, g.weights_f32, g.dtype, slot);
         }
-        if (lane == 0 && g.row_scale != nullptr)
-            g.row_scale[r] = s >= 0 ? load_weight(g.topk_weights, g.weights_f32, g.dtype, s) : 0.0f;
+    }
+    // Padding rows below *total_rows: a warp checks 32 of its rows (warp + i·warps) at once, then clears each padding
+    // row among them with all its lanes.
+    const int total = *g.total_rows;
+    for (int64_t r0 = warp; r0 < total; r0 += 32 * warps) {
+        const int64_t r = r0 + lane * warps;
+        unsigned pad = __ballot_sync(0xffffffffu, r < total && g.row_slot[r] < 0);
+        if (g.row_scale != nullptr && (pad >> lane & 1u)) g.row_scale[r] = 0.0f;
+        for (; pad != 0; pad &= pad - 1) {
+            const int64_t p = r0 + int64_t(__ffs(pad) - 1) * warps;
+            for (int64_t i = lane; i < g.H / 16; i += 32) reinterpret_cast<uint4*>(a.dst + p * g.H)[i] = uint4{};
+            for (int64_t i = lane; i < groups; i += 32) a.scale_out[p * groups + i] = 0.0f;
+        }
     }
 }
 
-// One resident wave of blocks (the kernel strides over the rows), never more than the rows need.
+// One resident wave of blocks (the kernel strides over the tokens and rows), never more than they need.
 template <class T>
 void launch_gather_act_quant_as(const GatherQuantArgs& a, cudaStream_t stream) {
     static const int per_sm = [] {
@@ -166,7 +188,9 @@ void launch_gather_act_quant_as(const GatherQuantArgs& a, cudaStream_t stream) {
         return std::max(n, 1);
     }();
     const int64_t wave = int64_t(device_state().sm_count) * per_sm;
-    const auto blocks = unsigned(std::max<int64_t>(1, std::min(ceil_div(a.gather.rows_bound, int64_t(kWarps)), wave)));
+    // One warp per token, or per row where the padding rows outnumber the tokens (small T, many experts).
+    const int64_t warps_needed = std::max(a.gather.T, a.gather.rows_bound);
+    const auto blocks = unsigned(std::max<int64_t>(1, std::min(ceil_div(warps_needed, int64_t(kWarps)), wave)));
     gather_act_quant_kernel<T><<<blocks, 32 * kWarps, 0, stream>>>(a);
     MOEX_LAUNCH_CHECK();
 }
@@ -183,6 +207,8 @@ void launch_gather_act_quant(const GatherQuantArgs& a, cudaStream_t stream) {
     const GatherArgs& g = a.gather;
     MOEX_REQUIRE(gather_act_quant_takes(g, 128, false), ErrorCode::kInvalidArgument,
                  "gather + activation quantization: needs groups of 128 and aligned rows (gather_act_quant_takes)");
+    MOEX_REQUIRE(g.slot_row != nullptr && g.T >= 0 && g.k >= 1, ErrorCode::kInvalidArgument,
+                 "gather + activation quantization: slot_row, T >= 0 and k >= 1 are required");
     if (g.rows_bound == 0) return;
     switch (g.dtype) {
         case DType::kBF16: return launch_gather_act_quant_as<__nv_bfloat16>(a, stream);

@@ -39,7 +39,8 @@ void launch_act_quant(const ActQuantArgs& args, cudaStream_t stream);
 
 // The FP8 grouped pipeline's gather and its dynamic quantization in one pass: row r of the padded layout (rows <
 // *gather.total_rows) is token row_slot[r] / k rounded to e4m3 bytes in dst (rows_bound, H) with one scale per 128
-// values in scale_out (rows_bound, H / 128), padding rows codes 0 with scale 0, and row_scale[r] its routing weight:
+// values in scale_out (rows_bound, H / 128), padding rows codes 0 with scale 0, and row_scale[r] its routing weight
+// (each token quantized once, through gather.slot_row):
 // what launch_gather_rows then launch_act_quant (codes mode, dst_e4m3, tile experts) write, without the (P, H) rows in
 // the activation dtype. Takes dynamic groups of 128 on 16-byte-aligned rows (gather_act_quant_takes).
 struct GatherQuantArgs {

@@ -43,10 +43,12 @@ inline GatherArgs gather_args(const ExpertsArgs& a, const RoutingArgs& r, void* 
                       .row_scale = row_scale,
                       .topk_weights = a.top_k_weights,
                       .row_slot = r.row_slot,
+                      .slot_row = r.slot_row,
                       .total_rows = r.expert_row_start + a.E,
                       .rows_bound = rows_bound,
                       .H = a.H,
                       .k = a.k,
+                      .T = a.T,
                       .dtype = a.dtype,
                       .weights_f32 = a.weights_f32};
 }

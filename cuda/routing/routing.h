@@ -62,15 +62,17 @@ RoutingBuffers reserve_routing(Workspace& ws, int64_t S, int64_t E, int32_t alig
                                bool tile_ranges = false, int32_t n_zero = 0);
 
 // A[r, :] = x[row_slot[r] / k, :] for the used rows, zero for padding rows; row_scale[r] = routing weight (0 for
-// padding). Rows at or past *total_rows are not touched (no tile reads them).
+// padding). Rows at or past *total_rows are not touched (no tile reads them). launch_gather_rows walks the tokens
+// (slot_row: each x row read once, written to its slots' rows); launch_gather_act_quant walks the rows (row_slot).
 struct GatherArgs {
     const void* x;              // (T, H) dtype
     void* A;                    // (rows_bound, H) dtype
     float* row_scale;           // (rows_bound,) or nullptr
     const void* topk_weights;   // (S,) float32 (weights_f32) | dtype
     const int32_t* row_slot;    // (rows_bound,)
+    const int32_t* slot_row;    // (S = T·k,): the row of each slot, -1 for a sentinel id
     const int32_t* total_rows;  // (1,) = expert_row_start + E
-    int64_t rows_bound, H, k;
+    int64_t rows_bound, H, k, T;
     DType dtype;
     bool weights_f32;
 };
