@@ -4,6 +4,7 @@
 // Quantized activations are rounded after the gather and after the up GEMM (e4m3 bytes for the FP8 kernel; its x
 // is gathered and rounded in one pass, and its h rounded in the up GEMM's epilogue for dynamic groups of 128).
 // No host sync: every size the host needs is a bound (P = S + min(E, S) * 127), so the call is graph-capturable.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -34,15 +35,18 @@ void run_grouped(const ExpertsArgs& a, cudaStream_t stream, const GroupedOptions
     Workspace ws(stream);
     const RoutingBuffers rb = reserve_routing(ws, S, E, kRowAlign, kRowAlign);
     const int64_t P = rb.rows_bound;
-    const size_t x_rows = ws.reserve(size_t(P) * size_t(a.H) * esize);    // (P, H) gathered hidden states
-    const size_t row_scale = ws.reserve_n<float>(P);                      // (P,) routing weight of each row
-    const size_t h_rows = ws.reserve(size_t(P) * size_t(a.I) * esize);    // (P, I) hidden activation
-    const size_t u_rows = a.has_gate ? 0 : ws.reserve_n<float>(P * a.I);  // ungated: (P, I) f32 pre-activation
     // (P, H) down projection, weighted: bf16 rows in a bf16 call (each weighted term rounded once, as the reference
     // rounds its expert outputs; half the bytes of the down GEMM's store and the combine's read), else f32 rows.
     // MOEX_Y_F32=1 keeps f32 rows in bf16 too (the earlier form, for the A/B).
     const bool y_f32 = a.dtype != DType::kBF16 || env_is("MOEX_Y_F32", "1");
-    const size_t y_rows = ws.reserve(size_t(P) * size_t(a.H) * (y_f32 ? sizeof(float) : size_t(esize)));
+    // The gathered x rows (P, H) are dead once the up GEMM has run, so the down GEMM's rows take their buffer (the
+    // kernels run in stream order; none of them is launched as a programmatic dependent): one (P, H) buffer fewer.
+    const size_t y_esize = y_f32 ? sizeof(float) : size_t(esize);
+    const size_t x_rows = ws.reserve(size_t(P) * size_t(a.H) * std::max(size_t(esize), y_esize));  // x, then y
+    const size_t y_rows = x_rows;
+    const size_t row_scale = ws.reserve_n<float>(P);                      // (P,) routing weight of each row
+    const size_t h_rows = ws.reserve(size_t(P) * size_t(a.I) * esize);    // (P, I) hidden activation
+    const size_t u_rows = a.has_gate ? 0 : ws.reserve_n<float>(P * a.I);  // ungated: (P, I) f32 pre-activation
     const bool codes = activation_codes(a);  // quantized activations as codes + per-slice scales
     const size_t x_scales = codes ? ws.reserve_n<float>(P * act_slices(a, true)) : 0;
     const size_t h_scales = codes ? ws.reserve_n<float>(P * act_slices(a, false)) : 0;
