@@ -247,7 +247,7 @@ TEST(CpuKernels, AmxTakesSmallBf16TasksButNotBatchedGroups) {
     ASSERT_LE(t.gemm_bf16_from_rows, stream_max_rows(false));
     const Case small{t.gemm_bf16_from_rows, 70, 300, false};
     const Operands o = make(small, DType::kBF16, true, 11);
-    EXPECT_EQ(gemm_path(t, small.m, o.w), GemmPath::kPacked);
+    EXPECT_EQ(gemm_path(t, small.m, o.w), GemmPath::kAmx);
     EXPECT_EQ(gemm_path(t, small.m, o.w, /*gemv=*/true), GemmPath::kStream);
     expect_near_float64(t, DType::kBF16, small);
     std::vector<float> gemv(size_t(small.m * small.n), std::nanf(""));

@@ -12,7 +12,8 @@ namespace moex::cpu {
 //           core, bf16: m flop per byte) time is the weights' bytes, and packing them would only add work.
 //  kDirect: transposed weights only: the 6x16 microkernel reads B in place (16 contiguous columns per k).
 //  kPacked: B widened and packed into 16-wide panels, the 6x16 microkernel (~80% of the fma peak measured).
-enum class GemmPath : uint8_t { kStream, kDirect, kPacked };
+//  kAmx:    bf16 B against bf16-valued rows on AMX tiles (the amx table only; gemm.h gemm_path says when).
+enum class GemmPath : uint8_t { kStream, kDirect, kPacked, kAmx };
 
 // Rows layout: the streaming kernel measured ahead of the packed one up to 24 rows, behind from 32 (AVX2 and AVX-512
 // f32 tiles). Tables with an AMX GEMM hand bf16 x bf16 tasks over sooner (gemm.h gemm_path).
@@ -49,6 +50,11 @@ inline PackBlock amx_pack_block() { return PackBlock{128, 512}; }
 // of 25, mixtral T = 48-64 (12-16 rows an expert) -7 to -27% and qwen3 T = 256 -13% at 16 and 2 threads; from 8 or 4
 // rows the tiles lose (mixtral T = 32, 8 rows: +21% at both thread counts).
 inline constexpr int64_t kAmxFromRows = 16;
+// Columns of an AMX task: its rows are converted to bf16 once per task (gemm.cpp), so four of the 128-column blocks
+// the tiles run share one conversion. With A rows an odd number of cache lines apart (gemm.cpp amx_lda), measured on
+// a 16-core AMX Xeon (bench/RESULTS.md Q3): dense bf16 2048³ on one core 473 -> 852 GFLOP/s; grouped_mm mixtral
+// T = 512 -12% (16 threads), T = 256 -12% (2 threads), T = 64 and qwen3 T = 64-256 within +-3%.
+inline constexpr int64_t kAmxTaskCols = 512;
 
 // Quantized weights on the streaming path that the table's stream_fused does not take (the scalar table, K not a
 // multiple of 16) are dequantized in blocks of whole rows of about this many f32 bytes (a multiple of 8 rows, the dot
@@ -62,10 +68,12 @@ inline constexpr int64_t kMc = 1024;
 // of bf16, so 2 threads get >= 8 tasks per decode expert. Transposed: a (K, N) column slice is read as strided runs,
 // which this DRAM serves at ~7 GB/s whatever the thread count, so small-m tasks take full rows (contiguous bytes).
 inline int64_t up_task_cols(GemmPath path, bool transposed, int64_t I) {
+    if (path == GemmPath::kAmx) return kAmxTaskCols;
     if (transposed) return path == GemmPath::kPacked ? 256 : I;
     return path == GemmPath::kStream ? 64 : 128;
 }
 inline int64_t down_task_cols(GemmPath path, bool transposed, int64_t H) {
+    if (path == GemmPath::kAmx) return kAmxTaskCols;
     if (transposed) return path == GemmPath::kPacked ? 256 : H;
     return 128;
 }

@@ -33,7 +33,7 @@ std::vector<Task> make_tasks(const CpuProblem& cp, const Routing& r, int64_t g0,
         for (end = run + 1; end < g1 && same(end, run);) ++end;
         const int64_t m = rows(run), e = r.expert[size_t(run)];
         const GemmPath path = gemm_path(kernels(), m, up ? cp.up(e) : cp.down(e), r.gemv);
-        const int64_t blocks = path == GemmPath::kPacked ? (m + kMc - 1) / kMc : 1;
+        const int64_t blocks = path == GemmPath::kPacked || path == GemmPath::kAmx ? (m + kMc - 1) / kMc : 1;
         const int64_t cols = up ? up_task_cols(path, tr, cp.I) : down_task_cols(path, tr, cp.H);
         for (int64_t i = 0; i < blocks; ++i)
             for (int64_t c0 = 0; c0 < width; c0 += cols)

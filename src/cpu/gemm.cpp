@@ -110,12 +110,20 @@ void stream_quantized(const KernelTable& kt, const float* const* a, int64_t m, c
     }
 }
 
+// AMX rows of A: a multiple of 32 k (whole tiles) and an odd number of 64-byte lines apart, so the 16 rows of a tile
+// load fall in 16 different L1 sets (a power-of-two stride, K = 2048 or 4096, put them all in one 12-way set).
+int64_t amx_lda(int64_t K) {
+    const int64_t k32 = (K + 31) / 32 * 32;
+    return (k32 / 32) % 2 == 0 ? k32 + 32 : k32;
+}
+
 }  // namespace
 
 GemmPath gemm_path(const KernelTable& kt, int64_t m, const WeightMat& b, bool gemv) {
     const GemmPath path = choose_path(m, b.transposed);
-    const bool amx = kt.gemm_bf16 != nullptr && b.dtype == DType::kBF16 && !b.quantized();
-    return path == GemmPath::kStream && amx && !gemv && m >= kt.gemm_bf16_from_rows ? GemmPath::kPacked : path;
+    if (kt.gemm_bf16 == nullptr || b.dtype != DType::kBF16 || b.quantized()) return path;
+    if (path == GemmPath::kStream) return !gemv && m >= kt.gemm_bf16_from_rows ? GemmPath::kAmx : path;
+    return GemmPath::kAmx;
 }
 
 void gemm_rows(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc, bool gemv) {
@@ -130,10 +138,10 @@ void gemm_rows(const KernelTable& kt, const float* const* a, int64_t m, const We
     };
     if (path == GemmPath::kStream) return stream();
     const PackBlock blk = pack_block(b.transposed, kt.mr);
-    const bool amx = kt.gemm_bf16 != nullptr;
+    const bool amx = path == GemmPath::kAmx;
     if ((kt.micro_bf16 || amx) && b.dtype == DType::kBF16 && !b.quantized()) {  // bf16 x bf16: A's values all bf16
         // AMX reads A in whole tiles: 32 k by 16 rows, so K and m are padded with zeros to those.
-        const int64_t lda = amx ? (b.K + 31) / 32 * 32 : (b.K + 1) / 2 * 2, rows = amx ? (m + 15) / 16 * 16 : m;
+        const int64_t lda = amx ? amx_lda(b.K) : (b.K + 1) / 2 * 2, rows = amx ? (m + 15) / 16 * 16 : m;
         auto* a16 = reinterpret_cast<uint16_t*>(thread_scratch(6, rows * lda / 2));
         if (kt.rows_bf16(a, m, b.K, a16, lda)) {
             const PackBlock bb = amx ? amx_pack_block() : blk;
@@ -149,8 +157,9 @@ void gemm_rows(const KernelTable& kt, const float* const* a, int64_t m, const We
         }
     }
     // Rows that are not all bf16 values: the f32 kernels, the streaming one where config.h would have chosen it.
-    if (choose_path(m, b.transposed) == GemmPath::kStream) return stream();
-    if (path == GemmPath::kDirect) return gemm_direct(kt, a, m, b, n, blk.kc, c, ldc);
+    const GemmPath f32_path = choose_path(m, b.transposed);
+    if (f32_path == GemmPath::kStream) return stream();
+    if (f32_path == GemmPath::kDirect) return gemm_direct(kt, a, m, b, n, blk.kc, c, ldc);
     for (int64_t n0 = 0; n0 < n; n0 += blk.nc)
         gemm_packed(kt, a, m, b.from_row(n0), n - n0 < blk.nc ? n - n0 : blk.nc, blk.kc, c + n0, ldc);
 }
@@ -168,10 +177,16 @@ void dense_gemm(const float* A, const void* B, DType b_dtype, float* C, int64_t 
     std::vector<const float*> rows(static_cast<size_t>(M));
     for (int64_t r = 0; r < M; ++r) rows[size_t(r)] = A + r * K;
     // Tasks as in the experts path: balanced row blocks of <= kMc (one path for all), columns in B-block widths.
-    const bool stream = gemm_path(kernels(), M, b) == GemmPath::kStream;
-    const int64_t tm = stream ? 1 : (M + kMc - 1) / kMc, nb = stream ? 64 : pack_block(false).nc;
+    const GemmPath path = gemm_path(kernels(), M, b);
+    const bool stream = path == GemmPath::kStream;
+    const int64_t tm = stream ? 1 : (M + kMc - 1) / kMc;
+    // AMX: kAmxTaskCols-wide tasks while they still give every thread one (2048³ at 16 threads: 8 tasks of 512
+    // columns ran at 0.7x of 32 tasks of 128), else the B block's width.
+    const int threads = resolve_threads(num_threads);
+    const bool wide = path == GemmPath::kAmx && tm * ((N + kAmxTaskCols - 1) / kAmxTaskCols) >= threads;
+    const int64_t nb = stream ? 64 : wide ? kAmxTaskCols : pack_block(false).nc;
     const int64_t tn = (N + nb - 1) / nb;
-    parallel_for(tm * tn, resolve_threads(num_threads), [&](int64_t task) {
+    parallel_for(tm * tn, threads, [&](int64_t task) {
         const int64_t i = task / tn, r0 = M * i / tm, r1 = M * (i + 1) / tm;
         const int64_t n0 = (task % tn) * nb, n = N - n0 < nb ? N - n0 : nb;
         gemm_rows(rows.data() + r0, r1 - r0, b.from_row(n0), n, C + r0 * N + n0, N);
