@@ -121,6 +121,17 @@ TEST_P(EdgeCases, TopKEqualsNumExperts) {
     MOEX_SKIP_IF_NOTHING_RAN();
 }
 
+// k > 32: the CUDA gathers walk a token's slots 32 at a time (one lane each), so slots 32..35 take a second pass; one
+// of them is a sentinel.
+TEST_P(EdgeCases, TopKPastOneWarp) {
+    for (DType d : kDtypes) {
+        HostProblem hp(9, 40, 24, 40, 36, with_dtype(d), 8);
+        hp.set_id(4, 33, 40);
+        expect_matches(hp, std::string(dtype_name(d)));
+    }
+    MOEX_SKIP_IF_NOTHING_RAN();
+}
+
 TEST_P(EdgeCases, TopKOne) {
     for (DType d : kDtypes) expect_matches(HostProblem(33, 40, 24, 8, 1, with_dtype(d), 5), std::string(dtype_name(d)));
     MOEX_SKIP_IF_NOTHING_RAN();
