@@ -4,15 +4,19 @@
 # SASS census (ctest -L sass), `moex bench --device cuda` (plain, then a --graph pass for T <= 64), compute-sanitizer
 # (ctest -L sanitizer), the portable grouped GEMM forced (ctest -L portable); a summary table last. With BEFORE=a
 # moex binary of an earlier commit, `compare` times it and this build in ABBA order on COMPARE_ARGS and prints
-# after/before. Logs go to $OUT (default build-gpu/gpu-check).
-# Usage: bash scripts/gpu_check.sh [--steps env,configure,build,cuda,sass,bench,compare,sanitizer,portable]
+# after/before; BEFORE_SRC=a source tree (scripts/gpu/export_tree.sh REF, carried in .gpubin) has the `before` step
+# build that binary here first. `kernels` prints ncu's per-kernel times and DRAM bytes of one call of each
+# KERNELS_SHAPES shape at KERNELS_T, for this build and BEFORE. Logs go to $OUT (default build-gpu/gpu-check).
+# Usage: bash scripts/gpu_check.sh
+#          [--steps env,configure,build,cuda,sass,bench,before,compare,kernels,sanitizer,portable]
 # Env: OUT, BUILD_DIR (build-gpu), JOBS (16), BUDGET_S (560), BENCH_ARGS (extra `moex bench` arguments),
 #      CMAKE_ARGS (extra configure arguments, e.g. "-DMOEX_PYTHON=ON -DPython_EXECUTABLE=$(command -v python3)"),
-#      BEFORE, COMPARE_ARGS, MOEX_DEPS (the dependencies from scripts/pack_deps.sh, default .deps).
+#      BEFORE, BEFORE_SRC, COMPARE_ARGS, COMPARE_BOX_S (seconds per compare run, 70), KERNELS_SHAPES (qwen3-30b-a3b),
+#      KERNELS_T (16384), MOEX_DEPS (the dependencies from scripts/pack_deps.sh, default .deps).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT" || exit 1
-STEPS="env,configure,build,cuda,sass,bench,compare,sanitizer,portable"
+STEPS="env,configure,build,cuda,sass,bench,before,compare,sanitizer,portable"
 [[ "${1:-}" == "--steps" ]] && STEPS=${2:?}
 BUILD=${BUILD_DIR:-$ROOT/build-gpu}
 OUT=${OUT:-$BUILD/gpu-check}
@@ -28,6 +32,7 @@ finish() {  # the tables last: they are what the tail of the output must show
     [[ -s "$OUT/sass.log" ]] && { echo "---- SASS census ----"; grep -E '^(ok|FAIL)' "$OUT/sass.log"; }
     [[ -s "$OUT/bench.txt" ]] && { echo "---- moex bench --device cuda (bf16; json in $OUT/bench*.jsonl) ----"; cat "$OUT/bench.txt"; }
     [[ -s "$OUT/compare.txt" ]] && { echo "---- before / after ----"; cat "$OUT/compare.txt"; }
+    [[ -s "$OUT/kernels.txt" ]] && { echo "---- per kernel (ncu) ----"; cat "$OUT/kernels.txt"; }
     echo "================ moex gpu_check summary ($(($(date +%s) - START))s; logs in $OUT) ================"
     printf '%-11s %-8s %s\n' step status detail
     cat "$SUMMARY"
@@ -86,16 +91,54 @@ if want bench; then
     fi
 fi
 
+# The earlier commit's moex from BEFORE_SRC (CLI only, tests off), into build-before beside this build.
+if want before && [[ -n "${BEFORE_SRC:-}" ]]; then
+    mapfile -t deps < <(deps_cmake_args)
+    BEFORE_BUILD=$ROOT/build-before
+    box before 60 "$OUT/before.log" cmake -S "$BEFORE_SRC" -B "$BEFORE_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DMOEX_CUDA=ON -DMOEX_TESTS=OFF "-DCMAKE_CUDA_COMPILER=$(command -v nvcc)" "${deps[@]}" &&
+        box before 300 "$OUT/before.log" cmake --build "$BEFORE_BUILD" -j "$JOBS" --target moex
+    rc=$?
+    if ((rc == 0)); then BEFORE=${BEFORE:-$BEFORE_BUILD/moex}; record before OK "$BEFORE_SRC -> $BEFORE"
+    elif ((rc != 125)); then
+        fail_step before "rc=$rc (124: timed out) $(grep -m3 -E 'error|FAILED' "$OUT/before.log" | tr '\n' ' ' |
+            cut -c1-300)"
+    fi
+fi
+
 # Before / after: the earlier binary and this build, ABBA, on the same cases.
 if want compare && [[ -n "${BEFORE:-}" ]]; then
     # shellcheck disable=SC2206  # COMPARE_ARGS is a list of words
     args=(bench --device cuda ${COMPARE_ARGS:---shapes qwen3-30b-a3b,deepseek-v3 --tokens 1,64,4096})
     for run in before1:"$BEFORE" after1:"$CLI" after2:"$CLI" before2:"$BEFORE"; do
-        box compare 70 "$OUT/compare.log" "${run#*:}" "${args[@]}" --json-file "$OUT/compare_${run%%:*}.jsonl"
+        box compare "${COMPARE_BOX_S:-70}" "$OUT/compare.log" "${run#*:}" "${args[@]}" \
+            --json-file "$OUT/compare_${run%%:*}.jsonl"
     done
     if python3 "$ROOT/scripts/gpu/compare_bench.py" "$OUT"/compare_before*.jsonl -- "$OUT"/compare_after*.jsonl \
         >"$OUT/compare.txt" 2>&1; then record compare OK "$(tail -1 "$OUT/compare.txt")"
     else fail_step compare "$(tail -2 "$OUT/compare.txt" | tr '\n' ' ')"; fi
+fi
+
+# Per kernel: ncu's time and DRAM bytes of each kernel of one grouped_mm call (clocks left alone), this build and
+# BEFORE.
+if want kernels && command -v ncu >/dev/null && [[ -x "$CLI" ]]; then
+    : >"$OUT/kernels.txt"
+    for shape in ${KERNELS_SHAPES:-qwen3-30b-a3b}; do
+        P=$OUT/kernels_problem.safetensors
+        box kernels 60 "$OUT/kernels.log" "$CLI" experts make-problem --shape "$shape" --tokens "${KERNELS_T:-16384}" \
+            --out "$P" || continue
+        for bin in after:"$CLI" ${BEFORE:+before:"$BEFORE"}; do
+            box kernels 60 "$OUT/kernels_one.log" ncu --clock-control none --metrics \
+                gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum "${bin#*:}" experts run \
+                --problem "$P" --backend grouped_mm --device cuda --out "$OUT/kernels_out.safetensors"
+            { echo "== $shape T=${KERNELS_T:-16384} ${bin%%:*}"; python3 "$ROOT/scripts/gpu/ncu_kernels.py" \
+                "$OUT/kernels_one.log"; } >>"$OUT/kernels.txt"
+            cat "$OUT/kernels_one.log" >>"$OUT/kernels.log"
+            : >"$OUT/kernels_one.log"
+        done
+        rm -f "$P" "$OUT/kernels_out.safetensors"
+    done
+    record kernels OK "$(grep -c '^==' "$OUT/kernels.txt") calls (kernels.txt)"
 fi
 
 want sanitizer && ctest_step sanitizer 420 "$OUT/sanitizer.log" -L sanitizer -j 4
