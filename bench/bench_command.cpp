@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <variant>
 
 #include "bench/baselines.h"
 #include "bench/cases.h"
@@ -52,6 +53,17 @@ struct DeviceDefaults {
     std::vector<int64_t> tokens;
     std::vector<std::string> backends;  // empty: every registered backend
 };
+// --peer-gemm "WHAT=GFLOPS": the rate, or why the text is not one (for the option's validator).
+std::variant<GemmRate, std::string> parse_peer_gemm(const std::string& s) {
+    const size_t eq = s.rfind('=');
+    if (eq == std::string::npos || eq == 0) return "expected WHAT=GFLOPS, got '" + s + "'";
+    char* end = nullptr;
+    const double v = std::strtod(s.c_str() + eq + 1, &end);
+    if (end == s.c_str() + eq + 1 || *end != '\0' || !(v > 0) || !std::isfinite(v))
+        return "the rate after '=' must be a positive number of GFLOP/s, got '" + s.substr(eq + 1) + "'";
+    return GemmRate{s.substr(0, eq) + " (--peer-gemm)", v};
+}
+
 const DeviceDefaults& defaults_for(Device d) {
     static const DeviceDefaults cpu{5, 1, 10, 6, {shapes::kBenchTokens.begin(), shapes::kBenchTokens.end()}, {}};
     static const DeviceDefaults gpu{25, 2, 2, 100, {1, 8, 64, 512, 4096, 16384}, {"batched_mm", "grouped_mm"}};
@@ -183,9 +195,8 @@ MachineFloor make_floor(const BenchArgs& a, const BenchConfig& c, std::vector<st
     } else {
         measure_cuda_floor(c, floor, notes);
     }
-    for (const std::string& peer : a.peer_gemms) {  // "what=GFLOPS", checked by the option's validator
-        const size_t eq = peer.rfind('=');
-        const GemmRate rate{peer.substr(0, eq) + " (--peer-gemm)", std::stod(peer.substr(eq + 1))};
+    for (const std::string& peer : a.peer_gemms) {  // checked by the option's validator
+        const GemmRate rate = std::get<GemmRate>(parse_peer_gemm(peer));
         floor.gemms.push_back(rate);
         if (rate.gflops > floor.gemm_gflops)  // its size is in its name
             floor.gemm_gflops = rate.gflops, floor.gemm_best = rate.what, floor.gemm_size = 0;
@@ -338,13 +349,8 @@ void add_bench_command(CLI::App& app) {
                     "WHAT=GFLOPS: a dense GEMM rate measured outside moex on this machine in the same run (e.g. "
                     "torch.matmul on oneDNN's AMX, bench/torch_gemm_rate.py), one of the floor's GEMMs (repeatable)")
         ->check([](const std::string& s) -> std::string {
-            const size_t eq = s.rfind('=');
-            if (eq == std::string::npos || eq == 0) return "expected WHAT=GFLOPS, got '" + s + "'";
-            char* end = nullptr;
-            const double v = std::strtod(s.c_str() + eq + 1, &end);
-            if (end == s.c_str() + eq + 1 || *end != '\0' || !(v > 0) || !std::isfinite(v))
-                return "the rate after '=' must be a positive number of GFLOP/s, got '" + s.substr(eq + 1) + "'";
-            return "";
+            const auto rate = parse_peer_gemm(s);
+            return std::holds_alternative<std::string>(rate) ? std::get<std::string>(rate) : "";
         });
     cmd->add_option("--peak-gbps", a->peak_gbps, "Bandwidth of the floor (default: measured in the run, CPU and CUDA)");
     cmd->add_option("--read-mib", a->read_mib, "CPU: buffer for the bandwidth test (MiB)")->capture_default_str();
