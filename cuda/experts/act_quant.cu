@@ -10,6 +10,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/quant.cuh"
 #include "cuda/experts/act_quant.h"
+#include "cuda/routing/gather.cuh"
 
 namespace moex::cuda {
 namespace {
@@ -114,10 +115,8 @@ __global__ void __launch_bounds__(32 * kWarps, 2) gather_act_quant_kernel(const 
     const int64_t warps = int64_t(gridDim.x) * kWarps, warp = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
     for (int64_t t = warp; t < g.T; t += warps) {
         const T* src = static_cast<const T*>(g.x) + t * g.H + col;
-        for (int64_t j0 = 0; j0 < g.k; j0 += 32) {  // the token's slots, 32 at a time: lane j holds slot j0 + j's row
-            const int nrows = g.k - j0 < 32 ? int(g.k - j0) : 32;
-            const int64_t slot = t * g.k + j0 + lane;
-            const int row = lane < nrows ? g.slot_row[slot] : -1;
+        for (int64_t j0 = 0; j0 < g.k; j0 += 32) {
+            const routing::TokenSlots slots = routing::token_slots(g, t, j0, lane);
             for (int64_t c0 = 0; c0 < steps; c0 += kBatch) {
                 float v[kBatch][8];
 #pragma unroll
@@ -147,8 +146,8 @@ __global__ void __launch_bounds__(32 * kWarps, 2) gather_act_quant_kernel(const 
                     }
                     code[b] = make_uint2(lo, hi);
                 }
-                for (int j = 0; j < nrows; ++j) {
-                    const int r = __shfl_sync(0xffffffffu, row, j);
+                for (int j = 0; j < slots.nrows; ++j) {
+                    const int r = __shfl_sync(0xffffffffu, slots.row, j);
                     if (r < 0) continue;
 #pragma unroll
                     for (int b = 0; b < kBatch; ++b) {
@@ -160,23 +159,13 @@ __global__ void __launch_bounds__(32 * kWarps, 2) gather_act_quant_kernel(const 
                     }
                 }
             }
-            if (row >= 0 && g.row_scale != nullptr)
-                g.row_scale[row] = load_weight(g.topk_weights, g.weights_f32, g.dtype, slot);
+            routing::set_row_weight(g, slots);
         }
     }
-    // Padding rows below *total_rows: a warp checks 32 of its rows (warp + i·warps) at once, then clears each padding
-    // row among them with all its lanes.
-    const int total = *g.total_rows;
-    for (int64_t r0 = warp; r0 < total; r0 += 32 * warps) {
-        const int64_t r = r0 + lane * warps;
-        unsigned pad = __ballot_sync(0xffffffffu, r < total && g.row_slot[r] < 0);
-        if (g.row_scale != nullptr && (pad >> lane & 1u)) g.row_scale[r] = 0.0f;
-        for (; pad != 0; pad &= pad - 1) {
-            const int64_t p = r0 + int64_t(__ffs(pad) - 1) * warps;
-            for (int64_t i = lane; i < g.H / 16; i += 32) reinterpret_cast<uint4*>(a.dst + p * g.H)[i] = uint4{};
-            for (int64_t i = lane; i < groups; i += 32) a.scale_out[p * groups + i] = 0.0f;
-        }
-    }
+    routing::clear_padding_rows(g, warp, warps, lane, [&](int64_t p) {
+        for (int64_t i = lane; i < g.H / 16; i += 32) reinterpret_cast<uint4*>(a.dst + p * g.H)[i] = uint4{};
+        for (int64_t i = lane; i < groups; i += 32) a.scale_out[p * groups + i] = 0.0f;
+    });
 }
 
 // One resident wave of blocks (the kernel strides over the tokens and rows), never more than they need.

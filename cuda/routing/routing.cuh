@@ -8,6 +8,7 @@
 
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/routing/gather.cuh"
 #include "cuda/routing/routing.h"
 
 namespace moex::cuda::routing {
@@ -258,31 +259,20 @@ __global__ void __launch_bounds__(256) gather_rows_kernel(const __grid_constant_
     const int64_t warp = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
     for (int64_t t = warp; t < g.T; t += warps) {
         const char* src = static_cast<const char*>(g.x) + t * row_bytes;
-        for (int64_t j0 = 0; j0 < g.k; j0 += 32) {  // the token's slots, 32 at a time: lane j holds slot j0 + j's row
-            const int nrows = g.k - j0 < 32 ? int(g.k - j0) : 32;
-            const int64_t s = t * g.k + j0 + lane;
-            const int row = lane < nrows ? g.slot_row[s] : -1;
-            copy_token<kVec16>(g, row_bytes, src, row, nrows, lane);
-            if (row >= 0 && g.row_scale != nullptr)
-                g.row_scale[row] = load_weight(g.topk_weights, g.weights_f32, g.dtype, s);
+        for (int64_t j0 = 0; j0 < g.k; j0 += 32) {
+            const TokenSlots slots = token_slots(g, t, j0, lane);
+            copy_token<kVec16>(g, row_bytes, src, slots.row, slots.nrows, lane);
+            set_row_weight(g, slots);
         }
     }
-    // Padding rows below *total_rows: a warp checks 32 of its rows (warp + i·warps) at once, then zeroes each padding
-    // row among them with all its lanes.
-    const int total = *g.total_rows;
-    for (int64_t r0 = warp; r0 < total; r0 += 32 * warps) {
-        const int64_t r = r0 + lane * warps;
-        unsigned pad = __ballot_sync(kFull, r < total && g.row_slot[r] < 0);
-        if (g.row_scale != nullptr && (pad >> lane & 1u)) g.row_scale[r] = 0.0f;
-        for (; pad != 0; pad &= pad - 1) {
-            char* dst = static_cast<char*>(g.A) + (r0 + int64_t(__ffs(pad) - 1) * warps) * row_bytes;
-            if (kVec16) {
-                for (int64_t i = lane; i < row_bytes / 16; i += 32) reinterpret_cast<uint4*>(dst)[i] = uint4{};
-            } else {
-                for (int64_t i = lane; i < row_bytes / 2; i += 32) reinterpret_cast<uint16_t*>(dst)[i] = 0;
-            }
+    clear_padding_rows(g, warp, warps, lane, [&](int64_t p) {
+        char* dst = static_cast<char*>(g.A) + p * row_bytes;
+        if (kVec16) {
+            for (int64_t i = lane; i < row_bytes / 16; i += 32) reinterpret_cast<uint4*>(dst)[i] = uint4{};
+        } else {
+            for (int64_t i = lane; i < row_bytes / 2; i += 32) reinterpret_cast<uint16_t*>(dst)[i] = 0;
         }
-    }
+    });
 }
 
 }  // namespace moex::cuda::routing
