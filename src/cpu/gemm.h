@@ -13,7 +13,7 @@ namespace moex::cpu {
 struct KernelTable;
 
 // The path gemm_rows takes on table kt: config.h choose_path (m and the layout), except that bf16 x bf16 tasks of
-// kt.gemm_bf16_from_rows rows or more take the table's AMX GEMM (reported as kPacked) where it has one. gemv: stay on
+// kt.gemm_bf16_from_rows rows or more take the table's AMX GEMM (kAmx) where it has one. gemv: stay on
 // the streaming kernel up to stream_max_rows (batched_mm, whose every output is its pair's lone GEMV).
 GemmPath gemm_path(const KernelTable& kt, int64_t m, const WeightMat& b, bool gemv = false);
 
