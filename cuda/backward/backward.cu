@@ -1,4 +1,4 @@
-// The CUDA experts backward (batched_mm, grouped_mm, sonicmoe): bf16 on Hopper runs on the tensor cores
+// The CUDA experts backward (eager, batched_mm, grouped_mm, sonicmoe): bf16 on Hopper runs on the tensor cores
 // (backward_sm90.cu); everything else here, in f32 SIMT: routing with align 1 (rows sorted by expert, no padding)
 // -> A = X Wuᵀ + bu and G = dO Wd (row GEMMs) -> per slot h, dw, dA (in place) -> dX rows = dA Wu and the per-token
 // sum -> dWu = dAᵀ X, dWd = (w dO)ᵀ h per expert -> bias column sums. Workspace: (S, N + I + 1) f32 (+ (S, H) for dx).

@@ -72,7 +72,7 @@ def test_grads_match_float64_autograd(backend, layout, dtype, gen):
 @needs_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["f32", "bf16", "f16"])
 @pytest.mark.parametrize("layout", range(len(LAYOUTS)))
-@pytest.mark.parametrize("backend", ["batched_mm", "grouped_mm", "auto"])
+@pytest.mark.parametrize("backend", ["eager", "batched_mm", "grouped_mm", "auto"])
 def test_cuda_grads_match_float64_autograd(backend, layout, dtype, gen):
     check_grads(backend, layout, dtype, "cuda", gen)
 
@@ -99,12 +99,16 @@ def test_cuda_backward_is_deterministic_and_follows_the_stream(gen):
 
 
 @needs_cuda
-def test_cuda_eager_has_no_backward_and_says_which_do(gen):
+def test_cuda_backend_without_backward_says_which_have_one(gen):
+    def copy_of_eager(x, ids, w, up, down, ub, db, out, layout, stream):
+        out.copy_(moex_experts.experts(x, ids, w, up, down, backend="eager"))
+
+    moex_experts.register_backend("py_no_backward_cuda", copy_of_eager)
     (x, ids, w, up, down, _, _), _ = make_problem(4, 32, 16, 4, 2, torch.float32, "cuda", gen)
     x.requires_grad_(True)
-    out = moex_experts.experts(x, ids, w, up, down, backend="eager")
-    with pytest.raises(NotImplementedError, match="`eager` has no backward pass on cuda yet; backends with one "
-                                                  "there: batched_mm, grouped_mm, sonicmoe"):
+    out = moex_experts.experts(x, ids, w, up, down, backend="py_no_backward_cuda")
+    with pytest.raises(NotImplementedError, match="`py_no_backward_cuda` has no backward pass on cuda yet; backends "
+                                                  "with one there: eager, batched_mm, grouped_mm, sonicmoe"):
         out.sum().backward()
 
 
@@ -113,7 +117,7 @@ def test_backends_with_backward_from_the_registry():
     info = {b["name"]: b["has_backward"] for b in moex_experts.backends()}
     assert info["grouped_mm"] == {"cpu": True, "cuda": True}
     assert info["batched_mm"] == {"cpu": True, "cuda": True}
-    assert info["eager"] == {"cpu": True, "cuda": False}
+    assert info["eager"] == {"cpu": True, "cuda": True}
     assert info["sonicmoe"] == {"cpu": False, "cuda": True}
 
 
