@@ -59,17 +59,17 @@ MOEX_INLINE void dot_step(__m256 (&acc)[NB][MB], const float* const* a, const ty
 // NB rows of B against MB rows of A. Lane l of acc[nb][mb] sums k = l mod 8 in increasing k; the k tail is zero-padded.
 // MB <= NB keeps the MB rows of A in registers and streams B one vector at a time (NB*MB + MB + 1 registers);
 // MB > NB keeps the NB rows of B in registers and streams A (NB*MB + NB + 1 registers).
+// The tile's rows are ldw elements apart and its outputs c[mb*ldc + nb*cs]; `ahead`: elements from a row to the one
+// its stream reads about kAhead bytes later (prefetched now, one line per row per 64 bytes of bf16).
 template <class L, int NB, int MB>
-void dot_tile(const float* const* a, const typename L::T* w, int64_t ldw, int64_t K, float* c, int64_t ldc) {
+void dot_tile(const float* const* a, const typename L::T* w, int64_t ldw, int64_t K, float* c, int64_t ldc, int64_t cs,
+              int64_t ahead) {
     static_assert(NB * MB + (MB <= NB ? MB : NB) + 1 <= 16, "the tile must fit the 16 ymm registers");
     __m256 acc[NB][MB];
 #pragma GCC unroll 8
     for (int nb = 0; nb < NB; ++nb)
 #pragma GCC unroll 6
         for (int mb = 0; mb < MB; ++mb) acc[nb][mb] = _mm256_setzero_ps();
-    // The same k in the rows of the block kAhead bytes further on, one line per row per 64 bytes of bf16.
-    const int64_t block = NB * ldw * int64_t(sizeof(typename L::T));
-    const int64_t ahead = NB * ldw * (kAhead / block + 1);
     int64_t k = 0;
     for (; k + 32 <= K; k += 32) {
 #pragma GCC unroll 8
@@ -86,16 +86,32 @@ void dot_tile(const float* const* a, const typename L::T* w, int64_t ldw, int64_
 #pragma GCC unroll 8
     for (int nb = 0; nb < NB; ++nb)
 #pragma GCC unroll 6
-        for (int mb = 0; mb < MB; ++mb) c[mb * ldc + nb] = hsum8(acc[nb][mb]);
+        for (int mb = 0; mb < MB; ++mb) c[mb * ldc + nb * cs] = hsum8(acc[nb][mb]);
 }
 
-// All n rows of B against MB = m <= 5 rows of A in one pass, NB rows of B at a time (decode: DRAM-bound).
+// A tile of NB adjacent rows (the block kAhead bytes further on prefetched).
+template <class L, int NB, int MB>
+void dot_tile(const float* const* a, const typename L::T* w, int64_t ldw, int64_t K, float* c, int64_t ldc) {
+    const int64_t block = NB * ldw * int64_t(sizeof(typename L::T));
+    dot_tile<L, NB, MB>(a, w, ldw, K, c, ldc, 1, NB * ldw * (kAhead / block + 1));
+}
+
+// All n rows of B against MB = m <= 5 rows of A in one pass (decode: DRAM-bound), as NB streams: the n rows are NB
+// runs of s = n / NB rows and tile j takes row j of every run, so each run is read in order from its start to its
+// end while the others are: NB sequential streams far apart, as the read floor's xS kernels read (a tile of NB
+// adjacent rows reads NB 4 KiB pages at once, each too short a stream for the core's prefetchers, and measured one
+// stream's bandwidth: RESULTS B3). The n - NB·s rows left go one at a time. Each output's sum is the same whichever
+// tile computes it.
 template <class L, int NB, int MB>
 void dot_single_pass(const float* const* a, const typename L::T* w, int64_t ldw, int64_t K, int64_t n, float* c,
                      int64_t ldc) {
-    int64_t j = 0;
-    for (; j + NB <= n; j += NB) dot_tile<L, NB, MB>(a, w + j * ldw, ldw, K, c + j, ldc);
-    for (; j < n; ++j) dot_tile<L, 1, MB>(a, w + j * ldw, ldw, K, c + j, ldc);
+    const int64_t s = n / NB;
+    if (s > 0) {
+        const int64_t row_bytes = ldw * int64_t(sizeof(typename L::T));
+        const int64_t ahead = ldw * (kAhead / (NB * row_bytes) + 1);  // rows ahead per stream, kAhead in all
+        for (int64_t j = 0; j < s; ++j) dot_tile<L, NB, MB>(a, w + j * ldw, s * ldw, K, c + j, ldc, s, ahead);
+    }
+    for (int64_t j = NB * s; j < n; ++j) dot_tile<L, 1, MB>(a, w + j * ldw, ldw, K, c + j, ldc);
 }
 
 // m >= 6: NB rows of B (kept in L1 across the passes) against the rows of A in passes of 6 (A from L2): 12 fmas
