@@ -240,9 +240,6 @@ TEST(QuantBackendsCuda, Fp8Blocks128MatchTheReference) {
 // the gather's quantization. Both near the reference too.
 TEST(QuantBackendsCuda, Fp8FusedHQuantizationIsItsOwnPassBitForBit) {
     if (!cuda_here()) GTEST_SKIP() << "no CUDA device";
-    struct EnvGuard {
-        ~EnvGuard() { unsetenv("MOEX_FUSED_H_QUANT"); }
-    } guard;
     const Backend& b = ExpertsInterface::global().get("grouped_mm");
     int ran = 0;
     for (const LayoutCase& lc : kLayouts)
@@ -255,9 +252,7 @@ TEST(QuantBackendsCuda, Fp8FusedHQuantizationIsItsOwnPassBitForBit) {
                 const Expected ref = reference_of(qp.problem());
                 const PlacedProblem placed = place(qp.problem(), Device::kCUDA);
                 const Tensor fused = run_backend(b, placed);
-                setenv("MOEX_FUSED_H_QUANT", "0", 1);
-                const Tensor own_pass = run_backend(b, placed);
-                unsetenv("MOEX_FUSED_H_QUANT");
+                const Tensor own_pass = with_env("MOEX_FUSED_H_QUANT", "0", [&] { return run_backend(b, placed); });
                 const std::string what =
                     std::string(lc.name) + " " + std::string(dtype_name(scale)) + " T=" + std::to_string(T);
                 EXPECT_TRUE(bitwise_equal(fused, own_pass)) << what;

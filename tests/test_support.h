@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
@@ -120,6 +121,18 @@ std::string gtest_safe(std::string s);                      // non-alphanumerics
 
 // A path in a per-process temporary folder that is removed when the test program exits.
 std::string temp_path(const std::string& stem);
+
+// f() with the environment variable `name` set to `value` (a pipeline's A/B switch, for a twin run), unset after it,
+// also when f throws.
+template <class F>
+auto with_env(const char* name, const char* value, F&& f) {
+    struct Unset {
+        const char* name;
+        ~Unset() { unsetenv(name); }
+    } unset{name};
+    setenv(name, value, 1);
+    return f();
+}
 
 // Runs f, expecting a moex::Error with `code` whose message contains `part`.
 template <class F>
