@@ -5,13 +5,15 @@
 # (ctest -L sanitizer), the portable grouped GEMM forced (ctest -L portable); a summary table last. With BEFORE=a
 # moex binary of an earlier commit, `compare` times it and this build in ABBA order on COMPARE_ARGS and prints
 # after/before; BEFORE_SRC=a source tree (scripts/gpu/export_tree.sh REF, carried in .gpubin) has the `before` step
-# build that binary here first. `kernels` prints ncu's per-kernel times and DRAM bytes of one call of each
+# build that binary here first; COMPARE_ENV="NAME=VALUE ..." instead makes `before` this build run with those
+# variables set (an A/B switch such as MOEX_PACKED_ROWS=0: no second build). `kernels` prints ncu's per-kernel times and DRAM bytes of one call of each
 # KERNELS_SHAPES shape at KERNELS_T, for this build and BEFORE. Logs go to $OUT (default build-gpu/gpu-check).
 # Usage: bash scripts/gpu_check.sh
 #          [--steps env,configure,build,cuda,sass,bench,before,compare,kernels,sanitizer,portable]
 # Env: OUT, BUILD_DIR (build-gpu), JOBS (16), BUDGET_S (560), BENCH_ARGS (extra `moex bench` arguments),
 #      CMAKE_ARGS (extra configure arguments, e.g. "-DMOEX_PYTHON=ON -DPython_EXECUTABLE=$(command -v python3)"),
-#      BEFORE, BEFORE_SRC, COMPARE_ARGS, COMPARE_BOX_S (seconds per compare run, 70), KERNELS_SHAPES (qwen3-30b-a3b),
+#      BEFORE, BEFORE_SRC, COMPARE_ENV, COMPARE_ARGS, COMPARE_BOX_S (seconds per compare run, 70), KERNELS_SHAPES
+#      (qwen3-30b-a3b),
 #      KERNELS_T (16384), MOEX_DEPS (the dependencies from scripts/pack_deps.sh, default .deps).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -106,12 +108,17 @@ if want before && [[ -n "${BEFORE_SRC:-}" ]]; then
     fi
 fi
 
-# Before / after: the earlier binary and this build, ABBA, on the same cases.
+# Before / after: the earlier binary (or this build under COMPARE_ENV) and this build, ABBA, on the same cases.
+[[ -n "${COMPARE_ENV:-}" ]] && BEFORE=$CLI
+# shellcheck disable=SC2206  # COMPARE_ENV is a list of words
+before_env=(${COMPARE_ENV:-})
 if want compare && [[ -n "${BEFORE:-}" ]]; then
     # shellcheck disable=SC2206  # COMPARE_ARGS is a list of words
     args=(bench --device cuda ${COMPARE_ARGS:---shapes qwen3-30b-a3b,deepseek-v3 --tokens 1,64,4096})
     for run in before1:"$BEFORE" after1:"$CLI" after2:"$CLI" before2:"$BEFORE"; do
-        box compare "${COMPARE_BOX_S:-70}" "$OUT/compare.log" "${run#*:}" "${args[@]}" \
+        run_env=()
+        [[ $run == before* ]] && run_env=("${before_env[@]}")
+        box compare "${COMPARE_BOX_S:-70}" "$OUT/compare.log" env "${run_env[@]}" "${run#*:}" "${args[@]}" \
             --json-file "$OUT/compare_${run%%:*}.jsonl"
     done
     if python3 "$ROOT/scripts/gpu/compare_bench.py" "$OUT"/compare_before*.jsonl -- "$OUT"/compare_after*.jsonl \
@@ -120,7 +127,7 @@ if want compare && [[ -n "${BEFORE:-}" ]]; then
 fi
 
 # Per kernel: ncu's time and DRAM bytes of each kernel of one grouped_mm call (clocks left alone), this build and
-# BEFORE.
+# BEFORE (with COMPARE_ENV).
 if want kernels && command -v ncu >/dev/null && [[ -x "$CLI" ]]; then
     : >"$OUT/kernels.txt"
     for shape in ${KERNELS_SHAPES:-qwen3-30b-a3b}; do
@@ -128,7 +135,9 @@ if want kernels && command -v ncu >/dev/null && [[ -x "$CLI" ]]; then
         box kernels 60 "$OUT/kernels.log" "$CLI" experts make-problem --shape "$shape" --tokens "${KERNELS_T:-16384}" \
             --out "$P" || continue
         for bin in after:"$CLI" ${BEFORE:+before:"$BEFORE"}; do
-            box kernels 60 "$OUT/kernels_one.log" ncu --clock-control none --metrics \
+            run_env=()
+            [[ $bin == before* ]] && run_env=("${before_env[@]}")
+            box kernels 60 "$OUT/kernels_one.log" env "${run_env[@]}" ncu --clock-control none --metrics \
                 gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum "${bin#*:}" experts run \
                 --problem "$P" --backend grouped_mm --device cuda --out "$OUT/kernels_out.safetensors"
             { echo "== $shape T=${KERNELS_T:-16384} ${bin%%:*}"; python3 "$ROOT/scripts/gpu/ncu_kernels.py" \
