@@ -15,6 +15,7 @@
 #include "moex/quant.h"
 #include "src/backends/cuda_bridge.h"
 #include "src/cpu/kernels.h"
+#include "tests/backward_reference.h"
 #include "tests/test_support.h"
 #if MOEX_WITH_CUDA
 #include "cuda/gemm/grouped_gemm.h"
@@ -109,6 +110,8 @@ class QuantProblem {
     }
     const ExpertsProblem& problem() const { return p_; }
     const ExpertsProblem& original() const { return host_.problem(); }
+    // Expert `unhit` never reached and sentinel ids E, E + 1000 with NaN weights (tests/backward_reference.h).
+    void add_sentinels(int64_t unhit) { test::add_sentinels(host_, p_.T(), p_.k(), p_.E(), unhit); }
 
    private:
     HostProblem host_;
@@ -260,6 +263,39 @@ TEST(QuantBackendsCuda, Fp8FusedHQuantizationIsItsOwnPassBitForBit) {
                 ++ran;
             }
     EXPECT_EQ(ran, 4 * 2 * 2);
+}
+
+// grouped_mm's packed rows against the padded layout (MOEX_PACKED_ROWS=0) with quantized experts and sentinel slots:
+// FP8 x FP8 on the sm_90a kernel (the gather's x codes, the up epilogue's h codes, the activation scales of a last
+// tile that runs past P), static activation scales (rows' experts found through their slots), and FP4 weights
+// decoded in the GEMM: the same bits in every layout.
+TEST(QuantBackendsCuda, PackedRowsAreThePaddedLayoutBitForBit) {
+    if (!cuda_here()) GTEST_SKIP() << "no CUDA device";
+    const Scheme schemes[] = {
+        {"fp8_128_float", QuantFormat::kFp8, 128, 128, DType::kF32, ActivationQuant::kDynamic},
+        {"fp8_128_ue8m0_static", QuantFormat::kFp8, 128, 128, DType::kUE8M0, ActivationQuant::kStatic},
+        {"mxfp4", QuantFormat::kMxfp4, 0, 0, DType::kUE8M0, ActivationQuant::kNone},
+    };
+    const Backend& b = ExpertsInterface::global().get("grouped_mm");
+    int ran = 0;
+    for (const Scheme& s : schemes)
+        for (const LayoutCase& lc : kLayouts)
+            for (const int64_t T : {5, 300}) {
+                Variant v = lc.v;
+                v.dtype = DType::kBF16;
+                QuantProblem qp(T, 256, 128, 3, 2, v, s, 500 + uint64_t(T));
+                qp.add_sentinels(/*unhit=*/2);  // rows of no expert after the last expert's, which its tile reads
+                const PlacedProblem placed = place(qp.problem(), Device::kCUDA);
+                const Tensor packed = run_backend(b, placed);
+                const Tensor padded = with_env("MOEX_PACKED_ROWS", "0", [&] { return run_backend(b, placed); });
+                const std::string what = std::string(s.name) + " " + lc.name + " T=" + std::to_string(T);
+                EXPECT_TRUE(bitwise_equal(packed, padded)) << what;
+                EXPECT_TRUE(outputs_close(packed.view(), reference_of(qp.problem()), {},
+                                          cuda_tolerance(qp.problem(), "grouped_mm")))
+                    << what;
+                ++ran;
+            }
+    EXPECT_EQ(ran, 3 * 4 * 2);
 }
 
 // deepgemm: DeepGEMM's schemes (FP8 128 x 128 with float and UE8M0 scales, dynamic activations) and FP4 weights

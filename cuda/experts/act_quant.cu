@@ -27,10 +27,13 @@ __global__ void __launch_bounds__(32 * kWarps) act_quant_kernel(const __grid_con
     const T* src = static_cast<const T*>(a.src) + (r / a.src_div) * a.K + k0;
     T* dst = static_cast<T*>(a.dst) + r * a.K + k0;
     uint8_t* dst8 = static_cast<uint8_t*>(a.dst) + r * a.K + k0;  // dst_e4m3
-    // The row's expert: slot rows from ids, padded rows from their tile; rows of no expert (sentinel slots, tiles
-    // past the routing's count) are left as they are, with scale 0 in codes mode (they are never read).
+    // The row's expert: slot rows from ids, packed rows through their slot, padded rows from their tile; rows of no
+    // expert (sentinel slots, tiles past the routing's count) are left as they are, with scale 0 in codes mode (they
+    // are never read).
     int e = 0;
-    if (a.ids != nullptr) {
+    if (a.row_slot != nullptr) {
+        e = r < *a.total_rows ? load_expert(a.ids, a.ids_i64, a.row_slot[r], a.E) : -1;
+    } else if (a.ids != nullptr) {
         e = load_expert(a.ids, a.ids_i64, r, a.E);
     } else if (a.tile_expert != nullptr) {
         e = r / a.tile_rows < *a.num_tiles ? a.tile_expert[r / a.tile_rows] : -1;

@@ -16,8 +16,9 @@
 namespace moex::cuda {
 
 // dst row r = round(src row r / src_div). The expert of row r (the static scale's index) comes from `ids` (slot rows:
-// expert of slot r), or from `tile_expert` (padded rows: expert of tile r / tile_rows), or is not needed (both null:
-// token rows, dynamic only). Rows of no expert (sentinel slots, tiles past *num_tiles) are left as they are.
+// expert of slot r; packed rows, row_slot set: expert of slot row_slot[r] for r < *total_rows), or from `tile_expert`
+// (padded rows: expert of tile r / tile_rows), or is not needed (all null: token rows, dynamic only). Rows of no
+// expert (sentinel slots, tiles past *num_tiles, packed rows past *total_rows) are left as they are.
 struct ActQuantArgs {
     const void* src;  // (rows / src_div rows, K) dtype
     void* dst;        // (rows, K) dtype (may be src when src_div == 1)
@@ -30,8 +31,10 @@ struct ActQuantArgs {
     bool dst_e4m3;    // codes mode only: dst is (rows, K) e4m3 bytes instead of codes in the activation dtype
     const void* ids;  // slot rows: (rows,) expert ids, or nullptr
     bool ids_i64;
-    const int32_t* tile_expert;  // padded rows: (tiles,) expert of each tile_rows-row tile
-    const int32_t* num_tiles;    // (1,)
+    const int32_t* row_slot = nullptr;    // packed rows: (rows,) slot of each row (with ids)
+    const int32_t* total_rows = nullptr;  // packed rows: (1,) rows in use
+    const int32_t* tile_expert;           // padded rows: (tiles,) expert of each tile_rows-row tile
+    const int32_t* num_tiles;             // (1,)
     int64_t tile_rows, E;
     DType dtype;
 };

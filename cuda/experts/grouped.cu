@@ -1,9 +1,11 @@
-// The grouped_mm pipeline (prefill): device routing into 128-row expert blocks -> gather of x -> grouped GEMM up
+// The grouped_mm pipeline (prefill): device routing into expert blocks of rows -> gather of x -> grouped GEMM up
 // (gate epilogue, bias) -> grouped GEMM down (bias, row_scale = routing weight; bf16 rows in a bf16 call, else f32)
-// -> combine in token order.
+// -> combine in token order. grouped_mm packs the blocks (S rows, 128-row tiles from each expert's first row, the
+// next expert's rows in a last tile computed and not stored); deepgemm pads each to 128 rows (DeepGEMM's
+// TMA-aligned contiguous layout), P = S + min(E, S) * 127 rows.
 // Quantized activations are rounded after the gather and after the up GEMM (e4m3 bytes for the FP8 kernel; its x
 // is gathered and rounded in one pass, and its h rounded in the up GEMM's epilogue for dynamic groups of 128).
-// No host sync: every size the host needs is a bound (P = S + min(E, S) * 127), so the call is graph-capturable.
+// No host sync: every size the host needs is a bound (P, the tile count), so the call is graph-capturable.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -18,7 +20,8 @@ namespace moex::cuda {
 namespace {
 
 // The pipeline's A/B switches, read per call so a test can flip them: MOEX_FUSED_H_QUANT=0 quantizes h in its own
-// pass after the up GEMM (the earlier form, for timing and for the tests' twin run); MOEX_Y_F32=1 see y_rows.
+// pass after the up GEMM (the earlier form, for timing and for the tests' twin run); MOEX_Y_F32=1 see y_rows;
+// MOEX_PACKED_ROWS=0 pads grouped_mm's expert blocks as deepgemm does (the earlier layout).
 bool env_is(const char* name, const char* value) {
     const char* env = std::getenv(name);
     return env != nullptr && std::strcmp(env, value) == 0;
@@ -33,7 +36,8 @@ void run_grouped(const ExpertsArgs& a, cudaStream_t stream, const GroupedOptions
     const int64_t S = a.T * a.k, N = up_width(a), E = a.E, esize = dtype_size(a.dtype);
 
     Workspace ws(stream);
-    const RoutingBuffers rb = reserve_routing(ws, S, E, kRowAlign, kRowAlign);
+    const bool packed = !sm90_only && !env_is("MOEX_PACKED_ROWS", "0");
+    const RoutingBuffers rb = reserve_routing(ws, S, E, packed ? 1 : kRowAlign, kRowAlign, /*tile_ranges=*/packed);
     const int64_t P = rb.rows_bound;
     // (P, H) down projection, weighted: bf16 rows in a bf16 call (each weighted term rounded once, as the reference
     // rounds its expert outputs; half the bytes of the down GEMM's store and the combine's read), else f32 rows.
@@ -80,7 +84,8 @@ void run_grouped(const ExpertsArgs& a, cudaStream_t stream, const GroupedOptions
                        .b_scales = a.gate_up_scales,
                        .a_scales = codes ? ws.at<float>(x_scales) : nullptr,
                        .a_fp8 = false,
-                       .expert_scale = options.up_expert_scale};
+                       .expert_scale = options.up_expert_scale,
+                       .m_tile_row0 = packed ? r.tile_row0 : nullptr};
     GroupedGemmArgs down = up;
     down.A = ws.at<void>(h_rows), down.B = a.down_proj, down.D = ws.at<void>(y_rows), down.bias = a.down_bias;
     down.row_scale = ws.at<float>(row_scale), down.N = a.H, down.K = a.I, down.d_f32 = y_f32;
@@ -119,7 +124,8 @@ void run_grouped(const ExpertsArgs& a, cudaStream_t stream, const GroupedOptions
     }
 
     launch_routing(r, stream);
-    const GatherArgs gather = gather_args(a, r, ws.at<void>(x_rows), ws.at<float>(row_scale), P);
+    GatherArgs gather = gather_args(a, r, ws.at<void>(x_rows), ws.at<float>(row_scale), P);
+    gather.tail_rows = packed ? kRowAlign - 1 : 0;  // what the last tile reads past the last expert
     // The FP8 kernel's e4m3 x straight from the token rows (one pass, no (P, H) rows in the dtype), when it can.
     const bool fused_x_quant =
         up.a_fp8 && gather_act_quant_takes(gather, act_group(a, true), a.act_quant.mode == ActivationQuant::kStatic);
@@ -132,7 +138,11 @@ void run_grouped(const ExpertsArgs& a, cudaStream_t stream, const GroupedOptions
     // kernel), each row by its tile's expert.
     auto quantize_rows = [&](bool is_up, void* rows, const GroupedGemmArgs& gemm) {
         ActQuantArgs q = act_quant_args(a, is_up, rows, const_cast<void*>(gemm.A), P, 1);  // workspace: ours
-        q.tile_expert = r.tile_expert, q.num_tiles = r.num_tiles, q.tile_rows = kRowAlign;
+        if (packed) {
+            q.ids = a.top_k_index, q.row_slot = r.row_slot, q.total_rows = r.expert_row_start + a.E;
+        } else {
+            q.tile_expert = r.tile_expert, q.num_tiles = r.num_tiles, q.tile_rows = kRowAlign;
+        }
         if (codes) q.scale_out = ws.at<float>(is_up ? x_scales : h_scales);
         q.dst_e4m3 = gemm.a_fp8;
         launch_act_quant(q, stream);
@@ -141,8 +151,9 @@ void run_grouped(const ExpertsArgs& a, cudaStream_t stream, const GroupedOptions
     launch_gemm(up);
 
     if (!a.has_gate) {  // the GEMM contract has no "act only" epilogue: activation in one row-wise pass
-        launch_hidden_act(hidden_act_args(a, r, ws.at<float>(u_rows), ws.at<void>(h_rows), P, a.I, nullptr, false),
-                          stream);
+        HiddenActArgs act = hidden_act_args(a, r, ws.at<float>(u_rows), ws.at<void>(h_rows), P, a.I, nullptr, false);
+        act.tail_rows = packed ? kRowAlign - 1 : 0;
+        launch_hidden_act(act, stream);
     }
     if (quantizes_activations(a) && !fused_h_quant) quantize_rows(false, ws.at<void>(h_rows), down);
     launch_gemm(down);

@@ -10,9 +10,14 @@ namespace moex::cuda::hidden_act {
 
 template <class T>
 __global__ void __launch_bounds__(256) hidden_act_kernel(const __grid_constant__ HiddenActArgs a) {
-    const int64_t total = *a.total_rows;
+    const int64_t total = *a.total_rows, end = total + a.tail_rows < a.rows_bound ? total + a.tail_rows : a.rows_bound;
     const bool concat = a.gate.concatenated;
-    for (int64_t r = blockIdx.x; r < total; r += gridDim.x) {
+    for (int64_t r = blockIdx.x; r < end; r += gridDim.x) {
+        if (r >= total) {
+            for (int64_t c = threadIdx.x; c < a.I; c += blockDim.x)
+                static_cast<T*>(a.h)[r * a.I + c] = from_f32<T>(0.f);
+            continue;
+        }
         const T* bias = nullptr;
         if (a.bias != nullptr) {
             const int s = a.row_slot[r];

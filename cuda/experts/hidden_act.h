@@ -23,6 +23,8 @@ struct HiddenActArgs {
     DType dtype;
     bool ids_i64, has_gate;
     GateParams gate;
+    int64_t tail_rows =
+        0;  // rows from *total_rows (below rows_bound) that get h = 0, U not read: packed tiles read them
 };
 void launch_hidden_act(const HiddenActArgs& args, cudaStream_t stream);
 

@@ -1,5 +1,8 @@
 // The grouped GEMM contract between the experts pipeline (cuda/experts/) and the GEMM kernels (cuda/gemm/).
-// Layout: rows of A are grouped by expert and each group starts at a multiple of kRowAlign ("padded contiguous").
+// Layout: rows of A are grouped by expert, each group either starting at a multiple of kRowAlign ("padded
+// contiguous": every M tile is one expert's, its padding rows zero) or right after the previous one ("packed": an M
+// tile starts at its own row, m_tile_row0, and its rows past the expert's end belong to the next expert; they are
+// computed with this expert's weights and never stored).
 #pragma once
 
 #include <cstdint>
@@ -32,10 +35,10 @@ struct GroupedGemmArgs {
     const float* row_scale;           // (P,) or nullptr: multiplies each output row (the routing weight)
     const int32_t* m_tile_expert;     // (max_m_tiles,) expert of each 128-row M tile, tiles in order
     const int32_t* num_m_tiles;       // (1,) how many entries of m_tile_expert are used
-    const int32_t* expert_row_start;  // (E + 1,) padded row start of each expert's block (multiple of kRowAlign)
+    const int32_t* expert_row_start;  // (E + 1,) row start of each expert's block (padded: a multiple of kRowAlign)
     const int32_t* expert_row_count;  // (E,) real rows of each expert (rows past it up to the next block: padding)
     int64_t P, N, K, E;
-    int64_t max_m_tiles;  // host upper bound: P / kRowAlign
+    int64_t max_m_tiles;  // host upper bound: P / kRowAlign (packed: ceil(S / kRowAlign) + min(E, S))
     DType dtype;          // A, bias and (unless d_f32) D
     bool b_n_major;       // B stored (E, K, N) (the "is_transposed" weight layout)
     bool d_f32;
@@ -51,6 +54,11 @@ struct GroupedGemmArgs {
     // (E,) or nullptr: multiplies expert e's f32 accumulators before the bias (sm_90a kernel only).
     const float* expert_scale = nullptr;
     float* d_scales = nullptr;  // kGateE4m3: (P, N / 2 / 128) f32 scales of D's e4m3 codes
+    // Packed layout: (max_m_tiles,) first row of each M tile (nullptr: padded, tile m starts at m · kRowAlign). Rows
+    // of a tile at or past its expert's end are not written (D, d_scales), except after the last expert's end
+    // (expert_row_start[E]), where the last tile's rows below P are; A rows past P read as zeros. A's kRowAlign - 1
+    // rows from expert_row_start[E] (below P) must be written like padding rows (the gather clears them).
+    const int32_t* m_tile_row0 = nullptr;
 };
 
 // MOEX_GEMM=portable: the portable kernel for everything it can run (the GPU check runs every test through both).

@@ -16,7 +16,7 @@
 namespace moex::cuda::gemm_portable {
 
 inline constexpr int kBM = 128, kBN = 128, kBK = 32, kThreads = 256;
-static_assert(kBM == kRowAlign, "one CTA row tile is one expert-aligned M tile");
+static_assert(kBM == kRowAlign, "one CTA row tile is one M tile of the routing");
 
 // Shared-memory row pitches (elements). 16-bit: +8 keeps 16-byte alignment and makes the fragment loads
 // conflict-free; f32: +4 keeps 16-byte alignment.
@@ -110,7 +110,7 @@ __device__ __forceinline__ void load_stage(Stage<T, V>& st, const GroupedGemmArg
     for (int v = 0; v < Stage<T, V>::kNV; ++v) {
         const int id = tid + v * kThreads;
         const int r = id / (kBK / V), k = (id % (kBK / V)) * V;
-        st.a[v] = load_vec<V>(A + (row0 + r) * g.K + k0 + k, k0 + k < g.K);
+        st.a[v] = load_vec<V>(A + (row0 + r) * g.K + k0 + k, k0 + k < g.K && row0 + r < g.P);  // packed: P bounds
     }
 #pragma unroll
     for (int v = 0; v < Stage<T, V>::kNV; ++v) {
@@ -231,7 +231,7 @@ __device__ __forceinline__ void promote_mma(float (&acc)[4][4][4], float (&tmp)[
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int64_t r = row0 + wm * 64 + mi * 16 + gq + 8 * h;
-            sa[mi][h] = g.a_scales != nullptr ? g.a_scales[r * slices + slice] : 1.0f;
+            sa[mi][h] = g.a_scales != nullptr && r < g.P ? g.a_scales[r * slices + slice] : 1.0f;
         }
 #pragma unroll
     for (int ni = 0; ni < 4; ++ni)
@@ -284,16 +284,18 @@ __device__ __forceinline__ void compute_simt(float (&acc)[8][8], const float* As
     }
 }
 
-// Epilogue from the f32 tile Cs (logical columns): bias, gate, row_scale, store (coalesced along columns).
+// Epilogue from the f32 tile Cs (logical columns): bias, gate, row_scale, store (coalesced along columns). Rows at or
+// past row_lim (packed layout: the next expert's) are not written.
 template <class T>
-__device__ void epilogue(const GroupedGemmArgs& g, const float* Cs, int e, int64_t row0, int64_t first) {
+__device__ void epilogue(const GroupedGemmArgs& g, const float* Cs, int e, int64_t row0, int64_t row_lim,
+                         int64_t first) {
     const T* bias = g.bias != nullptr ? static_cast<const T*>(g.bias) + int64_t(e) * g.N : nullptr;
     if (g.epilogue == Epilogue::kGate) {
         const int64_t half = g.N / 2;
         for (int idx = threadIdx.x; idx < kBM * (kBN / 2); idx += kThreads) {
             const int r = idx / (kBN / 2), i = idx % (kBN / 2);
             const int64_t ch = first + i;
-            if (ch >= half) continue;
+            if (ch >= half || row0 + r >= row_lim) continue;
             const int gj = g.gate.concatenated ? i : 2 * i, uj = g.gate.concatenated ? kBN / 2 + i : 2 * i + 1;
             const int64_t gp_col = g.gate.concatenated ? ch : 2 * ch,
                           up_col = g.gate.concatenated ? half + ch : 2 * ch + 1;
@@ -311,7 +313,7 @@ __device__ void epilogue(const GroupedGemmArgs& g, const float* Cs, int e, int64
         for (int idx = threadIdx.x; idx < kBM * kBN; idx += kThreads) {
             const int r = idx / kBN, j = idx % kBN;
             const int64_t n = first + j;
-            if (n >= g.N) continue;
+            if (n >= g.N || row0 + r >= row_lim) continue;
             float v = Cs[r * Pitch<T>::kC + j];
             if (bias != nullptr) v += to_f32(bias[n]);
             if (g.row_scale != nullptr) v *= g.row_scale[row0 + r];
@@ -335,7 +337,7 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_portable_kernel(const _
     float* Cs = reinterpret_cast<float*>(smem);  // reused after the main loop
 
     const int e = g.m_tile_expert[m];
-    const int64_t row0 = int64_t(m) * kBM;
+    const int64_t row0 = g.m_tile_row0 != nullptr ? int64_t(g.m_tile_row0[m]) : int64_t(m) * kBM;
     const bool gate = g.epilogue == Epilogue::kGate;
     const int64_t first = int64_t(blockIdx.y) * (gate ? kBN / 2 : kBN);
     const ColMap cmap{g.N, g.N / 2, first, gate, g.gate.concatenated};
@@ -382,7 +384,14 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_portable_kernel(const _
             for (int j = 0; j < 8; ++j) Cs[(ty + 16 * i) * Pitch<T>::kC + tx + 16 * j] = acc_simt[i][j];
     }
     __syncthreads();
-    epilogue<T>(g, Cs, e, row0, first);
+    // Padded layout: the whole tile, its padding rows included; packed: up to the expert's end, or to P after the
+    // last expert (rows of no expert, which later kernels' tiles read); a bad id: nothing.
+    int64_t row_lim = g.P;
+    if (g.m_tile_row0 != nullptr) {
+        const int64_t end = int64_t(g.expert_row_start[eb]) + g.expert_row_count[eb];
+        row_lim = e != eb ? row0 : end == g.expert_row_start[g.E] ? g.P : end;
+    }
+    epilogue<T>(g, Cs, e, row0, row_lim, first);
 }
 
 }  // namespace moex::cuda::gemm_portable

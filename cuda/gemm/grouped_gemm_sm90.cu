@@ -96,10 +96,13 @@ bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStrea
     p.epi.gate = a.gate;
     p.epi.d_scales = a.d_scales;
     p.epi.d_scale_cols = static_cast<int32_t>(n_out / 128);
+    p.epi.D = a.D;
+    p.epi.d_row_bytes = static_cast<int32_t>(n_out * d_esz);
     p.m_tile_expert = a.m_tile_expert;
     p.num_m_tiles = a.num_m_tiles;
     p.expert_row_start = a.expert_row_start;
     p.expert_row_count = a.expert_row_count;
+    p.m_tile_row0 = a.m_tile_row0;
     p.K = static_cast<int32_t>(K);
     p.E = static_cast<int32_t>(E);
     p.num_n_tiles = static_cast<int32_t>(kGate && a.gate.concatenated ? (N / 2 + 127) / 128 : (N + 255) / 256);

@@ -42,6 +42,7 @@ struct Sm90Params {
     const int32_t* num_m_tiles;       // (1,)
     const int32_t* expert_row_start;  // (E + 1,)
     const int32_t* expert_row_count;  // (E,)
+    const int32_t* m_tile_row0;       // (max_m_tiles,) packed layout: first row of each M tile; nullptr: 128·m
     int32_t K, E;
     int32_t num_n_tiles;  // ceil(N / 256); kGate concatenated: ceil(N / 2 / 128)
     int32_t max_m_tiles;
@@ -119,7 +120,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                 // B rows of the two 128-wide halves of the tile: [gate | up] pairs, or 256 consecutive rows.
                 const int32_t half0 = gate_concat ? tile.n * 128 : tile.n * 256;
                 const int32_t half1 = gate_concat ? p.epi.n_half + half0 : half0 + 128;
-                const int32_t row0 = tile.m * kBlockM;
+                const int32_t row0 = p.m_tile_row0 != nullptr ? p.m_tile_row0[tile.m] : tile.m * kBlockM;
                 for (int32_t kb = 0; kb < num_kb; ++kb) {
                     const int32_t k0 = kb * kBK;
                     mbar_wait(&empty[stage], phase ^ 1);
@@ -166,19 +167,28 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
         constexpr uint32_t kBStepK = kBNMajor ? 16 * 128 : 16 * 2;  // bytes per 16-deep K slice of B
         float acc[128];
 
-        // Tile metadata runs one tile ahead: the expert id of the next tile is loaded before this tile's main
-        // loop and its row range before this tile's epilogue, so no dependent global load stalls a tile start.
-        auto expert_of = [&](int32_t t) { return t < sched.total ? p.m_tile_expert[sched.decode(t).m] : -1; };
-        auto row_end_of = [&](int32_t e) {
-            return static_cast<uint32_t>(e) < static_cast<uint32_t>(p.E) ? p.expert_row_start[e] + p.expert_row_count[e]
-                                                                         : 0;
+        // Tile metadata runs one tile ahead: the expert id and first row of the next tile are loaded before this
+        // tile's main loop and its row range before this tile's epilogue, so no dependent global load stalls a tile
+        // start. Packed layout: rows at or past the expert's end (the next expert's) are not stored; past the last
+        // expert's end (rows of no expert, below P) they are, so that every row a later kernel's tile reads is written.
+        const bool packed = p.m_tile_row0 != nullptr;
+        auto tile_start = [&](int32_t t) {
+            if (t >= sched.total) return make_int2(-1, 0);
+            const int32_t m = sched.decode(t).m;
+            return make_int2(p.m_tile_expert[m], packed ? p.m_tile_row0[m] : m * kBlockM);
         };
-        int32_t e = expert_of(blockIdx.x);
+        auto row_end_of = [&](int32_t e) {
+            if (static_cast<uint32_t>(e) >= static_cast<uint32_t>(p.E)) return 0;
+            const int32_t end = p.expert_row_start[e] + p.expert_row_count[e];
+            return packed && end == p.expert_row_start[p.E] ? p.epi.P : end;
+        };
+        int2 start = tile_start(blockIdx.x);
+        int32_t e = start.x;
         int32_t row_end = row_end_of(e);
         for (int32_t t = blockIdx.x; t < sched.total; t += gridDim.x) {
-            const int32_t e_next = expert_of(t + gridDim.x);
+            const int2 start_next = tile_start(t + gridDim.x);
             const TileCoord tile = sched.decode(t);
-            const int32_t row0 = tile.m * kBlockM + static_cast<int32_t>(wg) * 64;
+            const int32_t row0 = start.y + static_cast<int32_t>(wg) * 64;
             // A warpgroup whose 64 rows are all padding skips its MMAs and its stores (padding is never read).
             const bool active = row0 < row_end;
             const bool peer = cluster_m > 1 && sched.peer_alive(t);
@@ -208,7 +218,10 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                 const bool has_half1 = half1 < p.epi.N;  // N = 128 (ungated I = 128): no second half, no scales
                 // This tile's scale rows, so that a K block's loads are offsets: the rows' activation scales
                 // (one slice per a_blocks K blocks) and the B halves' rows of weight blocks (shifts >= 7).
-                const float* a_row = p.a_scales + int64_t(row0 + static_cast<int32_t>(th.r_lo)) * p.a_slices;
+                // Packed layout: the last tile's rows may pass P; they read row P - 1's scales (not stored).
+                const int32_t r_lo = min(row0 + static_cast<int32_t>(th.r_lo), p.epi.P - 1);
+                const int32_t a_hi = (min(row0 + static_cast<int32_t>(th.r_lo) + 8, p.epi.P - 1) - r_lo) * p.a_slices;
+                const float* a_row = p.a_scales + int64_t(r_lo) * p.a_slices;
                 // a_blocks 0: a per-tensor slice of K < 128 values (one K block).
                 const int32_t a_blocks = p.k_slice / kBK, b_shift = p.b_scales.col_shift - 7;
                 const auto b_row = [&](int32_t n) {
@@ -220,7 +233,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                     // Shifts in 64 bits: a per-tensor scale is one block of shift 62 (cuda_bridge.cpp).
                     const int32_t sa = a_blocks == 1 ? kb : kb * kBK / p.k_slice;
                     const int64_t sb = int64_t(kb) >> b_shift;
-                    s.a_lo = a_row[sa], s.a_hi = a_row[sa + 8 * p.a_slices];
+                    s.a_lo = a_row[sa], s.a_hi = a_row[sa + a_hi];
                     s.b[0] = scale_word_at(p.b_scales, b_row0 + sb);
                     s.b[1] = has_half1 ? scale_word_at(p.b_scales, b_row1 + sb) : 0u;
                 };
@@ -289,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                 }
             }
             wgmma_wait<0>();  // unconditional: no MMA may be in flight on any path out of the loop
-            const int32_t row_end_next = row_end_of(e_next);
+            const int32_t row_end_next = row_end_of(start_next.x);
             if (active) {
                 fence_accumulators(acc);
                 if (!kFp8) release(prev);  // kFp8 released every stage in its loop
@@ -297,9 +310,11 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
 #pragma unroll
                     for (int i = 0; i < 128; ++i) acc[i] *= extras.es;
                 }
-                epilogue<T, kEpi>(p.epi, &p.map_d, acc, my_staging, my_bias, buf, th, extras, row0, tile.n);
+                epilogue<T, kEpi>(p.epi, &p.map_d, acc, my_staging, my_bias, buf, th, extras, row0,
+                                  packed ? row_end : p.epi.P, tile.n);
             }
-            e = e_next;
+            start = start_next;
+            e = start.x;
             row_end = row_end_next;
         }
         if (th.leader) bulk_wait_group_all();

@@ -48,7 +48,7 @@ inline const char* sm90_why_not(const GroupedGemmArgs& a) {
     if (a.N % 8 != 0) return "N must be a multiple of 8 (16-byte TMA row stride)";
     if (gate && a.N % 16 != 0) return "kGate needs N/2 a multiple of 8 (16-byte output row stride)";
     if (gate && a.d_f32) return "kGate writes the input dtype only";
-    if (a.K > INT32_MAX || a.N > INT32_MAX || a.P > INT32_MAX || a.E > INT32_MAX || a.max_m_tiles < 0 ||
+    if (a.K > INT32_MAX || a.N > INT32_MAX / 4 || a.P > INT32_MAX || a.E > INT32_MAX || a.max_m_tiles < 0 ||
         a.max_m_tiles > INT32_MAX / 128 || a.max_m_tiles * ((a.N + 127) / 128) > INT32_MAX)
         return "dimension or tile count past 2^31";
     if (!a.A || !a.B || !a.D || !a.m_tile_expert || !a.num_m_tiles || !a.expert_row_start || !a.expert_row_count)
@@ -71,11 +71,11 @@ inline Sm90GemmConfig choose_grouped_gemm_sm90_config(const GroupedGemmArgs& a, 
     if (c.why_not == nullptr && sm_count < 1) c.why_not = "no SM";
     if (c.why_not) return c;
     const int64_t tiles_per_expert = a.max_m_tiles / a.E;
-    // Real rows are about P - E·(kRowAlign - 1) (P is the host bound S + E·127). With >= 64 rows per expert on
-    // average, random routing gives most experts a second, partly padded tile (deepseek-v3 T = 4096: 128 rows on
-    // average, the pipeline ran 3.4 ms over its two GEMMs' uniform-routing time); a CTA pair on the two tiles of one
+    // Real rows are about P - E·(kRowAlign - 1) (P is the host bound S + E·127; packed: P = S). With >= 64 rows per
+    // expert on average, random routing gives most experts a second, partly padded tile (deepseek-v3 T = 4096: 128 rows
+    // on average, the pipeline ran 3.4 ms over its two GEMMs' uniform-routing time); a CTA pair on the two tiles of one
     // expert loads its B once through multicast instead of twice.
-    const int64_t mean_rows = (a.P - a.E * (kRowAlign - 1)) / a.E;
+    const int64_t mean_rows = (a.m_tile_row0 != nullptr ? a.P : a.P - a.E * (kRowAlign - 1)) / a.E;
     c.cluster_m = ((tiles_per_expert >= 2 || mean_rows >= 64) && sm_count >= 2) ? 2 : 1;
     // One M tile per expert (deepseek-v3 at T = 4096: 128 rows each): B is read once whatever the order, but
     // m-fastest groups of 16 re-read each A tile from HBM for every N tile (+50% bytes, measured 4.97 ms for the

@@ -1,6 +1,8 @@
 // Epilogue of the sm_90a grouped GEMM: each consumer warpgroup turns its 64x256 f32 accumulator tile into
 // output (bias, gate, row scale in f32; rounding to the output type), stages it in shared memory in 128-byte
 // swizzled 64-row boxes and writes them with TMA stores, double-buffered so staging overlaps the previous store.
+// Rows at or past row_lim (the expert's end in the packed layout: the next expert's rows) are not written: a box
+// that holds some goes out through 16-byte stores of its rows below row_lim instead.
 #pragma once
 
 #include <cuda.h>
@@ -37,6 +39,8 @@ struct EpilogueParams {
     GateParams gate;       // kGate: the gate and the column order ([gate | up] or interleaved [g0, u0, g1, u1, ...])
     float* d_scales;       // kGateE4m3: (P, d_scale_cols) scales of the codes, one per row and 128 output columns
     int32_t d_scale_cols;  // N / 2 / 128
+    void* D;               // (P, d_row_bytes) the output, for the boxes stored row by row (a multiple of 16 bytes)
+    int32_t d_row_bytes;
 };
 
 // Where this thread's accumulators sit: rows r_lo and r_lo + 8 of the warpgroup's 64, column pair 2q, 2q + 1
@@ -133,15 +137,28 @@ __device__ __forceinline__ TileExtras load_tile_extras(const EpilogueParams& ep,
 
 // After writing box `buf`: make the writes visible to the copy engine; the leader waits until the previous box's
 // store has read shared memory (so the next chunk may overwrite that box); one barrier publishes both facts;
-// then the leader stores this box. One barrier per 8 KB box.
-__device__ __forceinline__ void store_box(const EpiThread& th, const CUtensorMap* map_d, const uint8_t* box,
-                                          int32_t col, int32_t row) {
+// then the leader stores this box. One barrier per 8 KB box. A box with rows at or past row_lim: every thread copies
+// 16-byte chunks of the rows below it (columns past D's row clipped as TMA clips them); the next barrier of the
+// warpgroup comes after these reads, before the box is written again. kEsz: bytes per element of D (col's unit).
+template <int kEsz>
+__device__ __forceinline__ void store_box(const EpilogueParams& ep, const EpiThread& th, const CUtensorMap* map_d,
+                                          const uint8_t* box, int32_t col, int32_t row, int32_t row_lim) {
     fence_proxy_async_smem();
     if (th.leader) bulk_wait_group_read<0>();
     named_barrier_sync(th.bar_id, 128);
-    if (th.leader) {
-        tma_store_2d(map_d, box, col, row);
-        bulk_commit_group();
+    if (row + 64 <= row_lim) {
+        if (th.leader) {
+            tma_store_2d(map_d, box, col, row);
+            bulk_commit_group();
+        }
+        return;
+    }
+    const int32_t col_bytes = col * kEsz, chunks = (row_lim - row) * 8;
+    for (int32_t i = static_cast<int32_t>(th.tid); i < chunks; i += 128) {
+        const int32_t r = i / 8, byte = 16 * (i % 8);
+        if (col_bytes + byte >= ep.d_row_bytes) continue;
+        *reinterpret_cast<uint4*>(static_cast<uint8_t*>(ep.D) + int64_t(row + r) * ep.d_row_bytes + col_bytes + byte) =
+            *reinterpret_cast<const uint4*>(box + swizzled(static_cast<uint32_t>(r), static_cast<uint32_t>(byte)));
     }
 }
 
@@ -150,7 +167,7 @@ template <typename T, typename Out>
 __device__ __forceinline__ void epilogue_store(const EpilogueParams& ep, const CUtensorMap* map_d,
                                                const float (&acc)[128], uint8_t* staging, const T* bias_s,
                                                uint32_t& buf, const EpiThread& th, const TileExtras& x, int32_t row0,
-                                               int32_t n_tile) {
+                                               int32_t row_lim, int32_t n_tile) {
     constexpr int kCols = 128 / static_cast<int>(sizeof(Out));  // columns per box
     constexpr int kBlocks = kCols / 8;                          // 8-column accumulator blocks per box
     const int32_t n0 = n_tile * 256;
@@ -170,7 +187,7 @@ __device__ __forceinline__ void epilogue_store(const EpilogueParams& ep, const C
             store_pair<Out>(box + swizzled(th.r_lo + 8, byte), (acc[4 * j + 2] + bv.x) * x.s_hi,
                             (acc[4 * j + 3] + bv.y) * x.s_hi);
         }
-        store_box(th, map_d, box, n0 + c * kCols, row0);
+        store_box<sizeof(Out)>(ep, th, map_d, box, n0 + c * kCols, row0, row_lim);
         buf ^= 1;
     }
 }
@@ -192,7 +209,7 @@ __device__ __forceinline__ float round_to(float v) {
 template <bool kPairs>
 __device__ __forceinline__ void store_e4m3_group(const EpilogueParams& ep, const CUtensorMap* map_d,
                                                  const float (&acc)[128], uint8_t* staging, uint32_t& buf,
-                                                 const EpiThread& th, int32_t row0, int32_t n_tile) {
+                                                 const EpiThread& th, int32_t row0, int32_t row_lim, int32_t n_tile) {
     constexpr auto idx = [](int i) { return kPairs ? 4 * (i / 2) + i % 2 : 4 * i; };
     float m_lo = 0.f, m_hi = 0.f;
 #pragma unroll
@@ -226,10 +243,10 @@ __device__ __forceinline__ void store_e4m3_group(const EpilogueParams& ep, const
     codes(th.r_lo + 8, 2, m_hi);
     if (th.q == 0) {
         const int32_t r = row0 + static_cast<int32_t>(th.r_lo);
-        if (r < ep.P) ep.d_scales[int64_t(r) * ep.d_scale_cols + n_tile] = s_lo;
-        if (r + 8 < ep.P) ep.d_scales[int64_t(r + 8) * ep.d_scale_cols + n_tile] = s_hi;
+        if (r < row_lim) ep.d_scales[int64_t(r) * ep.d_scale_cols + n_tile] = s_lo;
+        if (r + 8 < row_lim) ep.d_scales[int64_t(r + 8) * ep.d_scale_cols + n_tile] = s_hi;
     }
-    store_box(th, map_d, box, n_tile * 128, row0);
+    store_box<1>(ep, th, map_d, box, n_tile * 128, row0, row_lim);
     buf ^= 1;
 }
 
@@ -240,7 +257,7 @@ __device__ __forceinline__ void store_e4m3_group(const EpilogueParams& ep, const
 template <typename T, GateKind kKind, Activation kAct, bool kCodes>
 __device__ __forceinline__ void epilogue_gate(const EpilogueParams& ep, const CUtensorMap* map_d, float (&acc)[128],
                                               uint8_t* staging, const T* bias_s, uint32_t& buf, const EpiThread& th,
-                                              const TileExtras& x, int32_t row0, int32_t n_tile) {
+                                              const TileExtras& x, int32_t row0, int32_t row_lim, int32_t n_tile) {
     const int32_t o0 = n_tile * 128;
     const bool has_bias = ep.bias != nullptr;
     const float al = ep.gate.alpha, li = ep.gate.limit, s_lo = x.s_lo, s_hi = x.s_hi;
@@ -261,7 +278,7 @@ __device__ __forceinline__ void epilogue_gate(const EpilogueParams& ep, const CU
                 acc[4 * j] = round_to<T>(a0), acc[4 * j + 1] = round_to<T>(a1);
                 acc[4 * j + 2] = round_to<T>(a2), acc[4 * j + 3] = round_to<T>(a3);
             }
-            store_e4m3_group<true>(ep, map_d, acc, staging, buf, th, row0, n_tile);
+            store_e4m3_group<true>(ep, map_d, acc, staging, buf, th, row0, row_lim, n_tile);
         } else {
             // Output column 4j + q: (gate, up) = acc[4j], acc[4j + 1] (row lo), acc[4j + 2], acc[4j + 3] (row hi).
 #pragma unroll
@@ -271,7 +288,7 @@ __device__ __forceinline__ void epilogue_gate(const EpilogueParams& ep, const CU
                 const float hi = gate_value<kKind, kAct>(acc[4 * j + 2] + bv.x, acc[4 * j + 3] + bv.y, al, li) * s_hi;
                 acc[4 * j] = round_to<T>(lo), acc[4 * j + 2] = round_to<T>(hi);
             }
-            store_e4m3_group<false>(ep, map_d, acc, staging, buf, th, row0, n_tile);
+            store_e4m3_group<false>(ep, map_d, acc, staging, buf, th, row0, row_lim, n_tile);
         }
         return;
     }
@@ -294,7 +311,7 @@ __device__ __forceinline__ void epilogue_gate(const EpilogueParams& ep, const CU
                               gate_value<kKind, kAct>(acc[4 * j + 2] + gb.x, acc[4 * ju + 2] + ub.x, al, li) * s_hi,
                               gate_value<kKind, kAct>(acc[4 * j + 3] + gb.y, acc[4 * ju + 3] + ub.y, al, li) * s_hi);
             }
-            store_box(th, map_d, box, o0 + 64 * c, row0);
+            store_box<sizeof(T)>(ep, th, map_d, box, o0 + 64 * c, row0, row_lim);
             buf ^= 1;
         }
     } else {
@@ -312,49 +329,49 @@ __device__ __forceinline__ void epilogue_gate(const EpilogueParams& ep, const CU
                 store_one<T>(box + swizzled(th.r_lo + 8, byte),
                              gate_value<kKind, kAct>(acc[4 * j + 2] + bv.x, acc[4 * j + 3] + bv.y, al, li) * s_hi);
             }
-            store_box(th, map_d, box, o0 + 64 * c, row0);
+            store_box<sizeof(T)>(ep, th, map_d, box, o0 + 64 * c, row0, row_lim);
             buf ^= 1;
         }
     }
 }
 
-// Writes one warpgroup's 64 rows (row0 = first row) of the tile. `staging`: this warpgroup's two boxes;
-// `bias_s`: its 256-entry bias slot, filled here from x.bias2.
+// Writes one warpgroup's 64 rows (row0 = first row; those at or past row_lim not) of the tile. `staging`: this
+// warpgroup's two boxes; `bias_s`: its 256-entry bias slot, filled here from x.bias2.
 template <typename T, EpiKind kEpi>
 __device__ __forceinline__ void epilogue(const EpilogueParams& ep, const CUtensorMap* map_d, float (&acc)[128],
                                          uint8_t* staging, T* bias_s, uint32_t& buf, const EpiThread& th,
-                                         const TileExtras& x, int32_t row0, int32_t n_tile) {
+                                         const TileExtras& x, int32_t row0, int32_t row_lim, int32_t n_tile) {
     if (ep.bias != nullptr) {  // publish the tile's bias; the previous tile read its slot before its last barrier
         reinterpret_cast<uint32_t*>(bias_s)[th.tid] = x.bias2;
         named_barrier_sync(th.bar_id, 128);
     }
     if constexpr (kEpi == EpiKind::kStore) {
-        epilogue_store<T, T>(ep, map_d, acc, staging, bias_s, buf, th, x, row0, n_tile);
+        epilogue_store<T, T>(ep, map_d, acc, staging, bias_s, buf, th, x, row0, row_lim, n_tile);
     } else if constexpr (kEpi == EpiKind::kStoreF32) {
-        epilogue_store<T, float>(ep, map_d, acc, staging, bias_s, buf, th, x, row0, n_tile);
+        epilogue_store<T, float>(ep, map_d, acc, staging, bias_s, buf, th, x, row0, row_lim, n_tile);
     } else {
         constexpr bool kCodes = kEpi == EpiKind::kGateE4m3;
         if (ep.gate.kind == GateKind::kGptOss) {
             epilogue_gate<T, GateKind::kGptOss, Activation::kSilu, kCodes>(ep, map_d, acc, staging, bias_s, buf, th, x,
-                                                                           row0, n_tile);
+                                                                           row0, row_lim, n_tile);
             return;
         }
         switch (ep.gate.activation) {
             case Activation::kSilu:
                 epilogue_gate<T, GateKind::kDefault, Activation::kSilu, kCodes>(ep, map_d, acc, staging, bias_s, buf,
-                                                                                th, x, row0, n_tile);
+                                                                                th, x, row0, row_lim, n_tile);
                 break;
             case Activation::kGelu:
                 epilogue_gate<T, GateKind::kDefault, Activation::kGelu, kCodes>(ep, map_d, acc, staging, bias_s, buf,
-                                                                                th, x, row0, n_tile);
+                                                                                th, x, row0, row_lim, n_tile);
                 break;
             case Activation::kGeluTanh:
                 epilogue_gate<T, GateKind::kDefault, Activation::kGeluTanh, kCodes>(ep, map_d, acc, staging, bias_s,
-                                                                                    buf, th, x, row0, n_tile);
+                                                                                    buf, th, x, row0, row_lim, n_tile);
                 break;
             case Activation::kRelu:
                 epilogue_gate<T, GateKind::kDefault, Activation::kRelu, kCodes>(ep, map_d, acc, staging, bias_s, buf,
-                                                                                th, x, row0, n_tile);
+                                                                                th, x, row0, row_lim, n_tile);
                 break;
         }
     }

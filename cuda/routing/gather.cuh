@@ -28,15 +28,17 @@ __device__ __forceinline__ void set_row_weight(const GatherArgs& g, const TokenS
         g.row_scale[s.row] = load_weight(g.topk_weights, g.weights_f32, g.dtype, s.slot);
 }
 
-// The padding rows below *total_rows (row_slot -1) get weight 0 and `clear(row)`, called by the whole warp: a warp
-// checks 32 of its rows (warp + i·warps) at once, then clears each padding row among them.
+// The padding rows below *total_rows (row_slot -1), and the tail_rows rows from there (below rows_bound), get weight
+// 0 and `clear(row)`, called by the whole warp: a warp checks 32 of its rows (warp + i·warps) at once, then clears
+// each padding row among them.
 template <class Clear>
 __device__ __forceinline__ void clear_padding_rows(const GatherArgs& g, int64_t warp, int64_t warps, int lane,
                                                    Clear clear) {
     const int total = *g.total_rows;
-    for (int64_t r0 = warp; r0 < total; r0 += 32 * warps) {
+    const int64_t end = total + g.tail_rows < g.rows_bound ? total + g.tail_rows : g.rows_bound;
+    for (int64_t r0 = warp; r0 < end; r0 += 32 * warps) {
         const int64_t r = r0 + lane * warps;
-        unsigned pad = __ballot_sync(0xffffffffu, r < total && g.row_slot[r] < 0);
+        unsigned pad = __ballot_sync(0xffffffffu, r < end && (r >= total || g.row_slot[r] < 0));
         if (g.row_scale != nullptr && (pad >> lane & 1u)) g.row_scale[r] = 0.0f;
         for (; pad != 0; pad &= pad - 1) clear(r0 + int64_t(__ffs(pad) - 1) * warps);
     }

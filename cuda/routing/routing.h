@@ -62,7 +62,9 @@ RoutingBuffers reserve_routing(Workspace& ws, int64_t S, int64_t E, int32_t alig
                                bool tile_ranges = false, int32_t n_zero = 0);
 
 // A[r, :] = x[row_slot[r] / k, :] for the used rows, zero for padding rows; row_scale[r] = routing weight (0 for
-// padding). Rows at or past *total_rows are not touched (no tile reads them). launch_gather_rows walks the tokens
+// padding). Rows at or past *total_rows are not touched (no tile of the padded layout reads them), except the
+// tail_rows rows from there (below rows_bound), cleared as padding rows: the packed layout's last tile reads up to
+// kRowAlign - 1 rows past the last expert's. launch_gather_rows walks the tokens
 // (slot_row: each x row read once, written to its slots' rows); launch_gather_act_quant walks the rows (row_slot).
 struct GatherArgs {
     const void* x;              // (T, H) dtype
@@ -75,6 +77,7 @@ struct GatherArgs {
     int64_t rows_bound, H, k, T;
     DType dtype;
     bool weights_f32;
+    int64_t tail_rows = 0;
 };
 void launch_gather_rows(const GatherArgs& args, cudaStream_t stream);
 

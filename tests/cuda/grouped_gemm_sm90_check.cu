@@ -107,44 +107,59 @@ __global__ void reference_kernel(RefArgs r) {
 }
 
 // ---- host helpers -----------------------------------------------------------------------------------------
-// Padded-contiguous routing (grouped_gemm.h) from per-expert row counts, plus `extra` unused tiles after the
-// used ones (their m_tile_expert entries are valid ids: the kernel must still not touch them).
+// Routing (grouped_gemm.h) from per-expert row counts, plus `extra` unused tiles after the used ones (their
+// m_tile_expert entries are valid ids: the kernel must still not touch them). Padded contiguous: P = the tiles'
+// rows. Packed: experts back to back, each tile from its own first row (m_tile_row0), and kNoExpertRows rows of no
+// expert (sentinel slots) between the last expert's end and P.
+constexpr int64_t kNoExpertRows = 200;  // more than a tile reaches past the last expert
 struct Routing {
-    std::vector<int32_t> count, start, tile_expert;
+    bool packed = false;
+    std::vector<int32_t> count, start, tile_expert, tile_row0;
     int32_t num_tiles = 0;
     int64_t max_tiles = 0, P = 0;
-    DevBuf d_count, d_start, d_tiles, d_num;
+    DevBuf d_count, d_start, d_tiles, d_row0, d_num;
+    const int32_t* row0_or_null() const { return packed ? d_row0.as<int32_t>() : nullptr; }
+    // Bytes of D from which nothing may be written: past the used tiles (padded), past P (packed).
+    size_t untouched_from(size_t row_bytes) const {
+        return (packed ? size_t(P) : size_t(num_tiles) * kRowAlign) * row_bytes;
+    }
 };
-void build_routing(Routing& r, const std::vector<int32_t>& counts, int extra) {
+void build_routing(Routing& r, const std::vector<int32_t>& counts, int extra, bool packed = false) {
     const int E = static_cast<int>(counts.size());
+    r.packed = packed;
     r.count = counts;
     r.start.assign(E + 1, 0);
     r.tile_expert.clear();
+    r.tile_row0.clear();
     for (int e = 0; e < E; ++e) {
         const int tiles = (counts[e] + kRowAlign - 1) / kRowAlign;
-        r.start[e + 1] = r.start[e] + tiles * kRowAlign;
-        for (int t = 0; t < tiles; ++t) r.tile_expert.push_back(e);
+        r.start[e + 1] = r.start[e] + (packed ? counts[e] : tiles * kRowAlign);
+        for (int t = 0; t < tiles; ++t) r.tile_expert.push_back(e), r.tile_row0.push_back(r.start[e] + t * kRowAlign);
     }
     r.num_tiles = static_cast<int32_t>(r.tile_expert.size());
-    for (int t = 0; t < extra; ++t) r.tile_expert.push_back(t % E);
+    for (int t = 0; t < extra; ++t) r.tile_expert.push_back(t % E), r.tile_row0.push_back(0);
     r.max_tiles = r.num_tiles + extra;
-    r.P = r.max_tiles * kRowAlign;
+    r.P = packed ? r.start[E] + kNoExpertRows : r.max_tiles * kRowAlign;
     r.d_count = DevBuf(sizeof(int32_t) * E);
     r.d_start = DevBuf(sizeof(int32_t) * (E + 1));
     r.d_tiles = DevBuf(sizeof(int32_t) * std::max<int64_t>(1, r.max_tiles));
+    r.d_row0 = DevBuf(sizeof(int32_t) * std::max<int64_t>(1, r.max_tiles));
     r.d_num = DevBuf(sizeof(int32_t));
     CK(cudaMemcpy(r.d_count.p, r.count.data(), sizeof(int32_t) * E, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(r.d_start.p, r.start.data(), sizeof(int32_t) * (E + 1), cudaMemcpyHostToDevice));
-    if (r.max_tiles)
+    if (r.max_tiles) {
         CK(cudaMemcpy(r.d_tiles.p, r.tile_expert.data(), sizeof(int32_t) * r.max_tiles, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(r.d_row0.p, r.tile_row0.data(), sizeof(int32_t) * r.max_tiles, cudaMemcpyHostToDevice));
+    }
     CK(cudaMemcpy(r.d_num.p, &r.num_tiles, sizeof(int32_t), cudaMemcpyHostToDevice));
 }
-// Zeroes A's padding rows (the contract: padding rows of A are zero).
+// Zeroes A's padding rows (the contract: padding rows of A are zero; packed: the rows of no expert up to P).
 void zero_padding(const Routing& r, void* A, int64_t K, size_t esz) {
-    for (size_t e = 0; e + 1 < r.start.size(); ++e) {
-        const int64_t first = r.start[e] + r.count[e], last = r.start[e + 1];
+    auto zero = [&](int64_t first, int64_t last) {
         if (last > first) CK(cudaMemset(static_cast<uint8_t*>(A) + first * K * esz, 0, size_t(last - first) * K * esz));
-    }
+    };
+    if (r.packed) return zero(r.start.back(), r.P);
+    for (size_t e = 0; e + 1 < r.start.size(); ++e) zero(r.start[e] + r.count[e], r.start[e + 1]);
 }
 
 const char* kFnNames[] = {"silu", "gelu", "gelu_tanh", "relu", "gptoss"};
@@ -205,6 +220,7 @@ bool run_case(const Case& cs, const Routing& rt, const char* cfg_name, const Sm9
     a.row_scale = cs.scale ? scale.as<float>() : nullptr;
     a.m_tile_expert = rt.d_tiles.as<int32_t>(), a.num_m_tiles = rt.d_num.as<int32_t>();
     a.expert_row_start = rt.d_start.as<int32_t>(), a.expert_row_count = rt.d_count.as<int32_t>();
+    a.m_tile_row0 = rt.row0_or_null();
     a.P = rt.P, a.N = cs.N, a.K = cs.K, a.E = cs.E, a.max_m_tiles = rt.max_tiles;
     a.dtype = cs.dtype, a.b_n_major = cs.b_n_major, a.d_f32 = d_f32;
     a.epilogue = gate ? Epilogue::kGate : Epilogue::kStore;
@@ -248,10 +264,11 @@ bool run_case(const Case& cs, const Routing& rt, const char* cfg_name, const Sm9
             sxy += got * want, sxx += got * got + want * want;
         }
     }
-    // Rows of tiles past *num_m_tiles, and the guard rows past P, must still hold the poison.
+    // Rows of tiles past *num_m_tiles (packed: past P), and the guard rows past P, must still hold the poison. The
+    // packed layout's rows of each expert's next one are checked above: they hold the next expert's outputs.
     int64_t touched = 0;
     const size_t row_bytes = n_out * d_esz;
-    for (size_t b = size_t(rt.num_tiles) * kRowAlign * row_bytes; b < h.size(); ++b) touched += h[b] != 0xFF;
+    for (size_t b = rt.untouched_from(row_bytes); b < h.size(); ++b) touched += h[b] != 0xFF;
     const double diff = sxx > 0 ? 1.0 - 2.0 * sxy / sxx : 0.0;
     const bool ok = bad == 0 && touched == 0;
     std::printf("%s %s: max_err %.3g diff %.2e bad %lld untouched-region writes %lld\n", ok ? "ok  " : "FAIL", cfg_name,
@@ -259,10 +276,10 @@ bool run_case(const Case& cs, const Routing& rt, const char* cfg_name, const Sm9
     return ok;
 }
 
-void check_case(const Case& cs, uint64_t seed) {
+void check_case(const Case& cs, uint64_t seed, bool packed) {
     std::mt19937 rng(static_cast<uint32_t>(seed));
     Routing rt;
-    build_routing(rt, make_counts(cs.dist, cs.E, cs.base, rng), 2);
+    build_routing(rt, make_counts(cs.dist, cs.E, cs.base, rng), 2, packed);
     const bool gate = cs.epi == 2;
     const int64_t n_out = gate ? cs.N / 2 : cs.N;
     const size_t esz = 2;
@@ -316,12 +333,12 @@ void check_case(const Case& cs, uint64_t seed) {
         CK(cudaGetLastError());
         CK(cudaMemcpy(ref.data(), d_ref.p, ref.size() * 8, cudaMemcpyDeviceToHost));
     }
-    std::printf("case %s B%s %s%s%s%s E=%lld K=%lld N=%lld dist=%d tiles=%d\n",
+    std::printf("case %s B%s %s%s%s%s E=%lld K=%lld N=%lld dist=%d tiles=%d%s\n",
                 cs.dtype == DType::kBF16 ? "bf16" : "f16", cs.b_n_major ? "(E,K,N)" : "(E,N,K)",
                 cs.epi == 0 ? "store" : (cs.epi == 1 ? "store-f32" : "gate"),
                 gate ? (cs.concatenated ? "-concat-" : "-interleaved-") : "", gate ? kFnNames[cs.fn] : "",
                 std::string(cs.bias ? " +bias" : "").append(cs.scale ? " +scale" : "").c_str(), (long long)cs.E,
-                (long long)cs.K, (long long)cs.N, cs.dist, rt.num_tiles);
+                (long long)cs.K, (long long)cs.N, cs.dist, rt.num_tiles, packed ? " packed" : "");
     Sm90GemmConfig c1, c2;
     c2.cluster_m = 2;
     const struct {
@@ -471,15 +488,18 @@ void run_checks() {
                 cs.N = cs.epi == 2 ? Ns_gate[(idx / 2) % 4] : Ns_store[(idx / 2) % 4];
                 cs.dist = dist;
                 cs.base = bases[(idx / 3) % 4];
-                check_case(cs, 1000 + idx);
+                for (const bool packed : {false, true}) check_case(cs, 1000 + idx, packed);
                 ++idx;
             }
     // Long K (many trips round the 4-stage ring), big N tile count, every gate function on one shape.
-    check_case({DType::kBF16, false, 0, false, 0, true, true, 3, 4096, 512, 0, 384}, 77);
-    for (int fn = 0; fn < 5; ++fn)
-        check_case({DType::kBF16, fn % 2 == 1, 2, fn % 2 == 0, fn, true, true, 4, 192, 528, 3, 160}, 90 + fn);
-    // No rows at all: nothing may be written.
-    check_case({DType::kBF16, false, 0, false, 0, true, true, 5, 128, 256, 4, 0}, 99);
+    for (const bool packed : {false, true}) {
+        check_case({DType::kBF16, false, 0, false, 0, true, true, 3, 4096, 512, 0, 384}, 77, packed);
+        for (int fn = 0; fn < 5; ++fn)
+            check_case({DType::kBF16, fn % 2 == 1, 2, fn % 2 == 0, fn, true, true, 4, 192, 528, 3, 160}, 90 + fn,
+                       packed);
+        // No rows at all: nothing may be written (packed: nothing past P; the rows of no expert may be).
+        check_case({DType::kBF16, false, 0, false, 0, true, true, 5, 128, 256, 4, 0}, 99, packed);
+    }
     check_graph();
     check_unsupported();
 }
