@@ -9,16 +9,21 @@
 namespace moex::cuda {
 namespace {
 
+template <class T, class Y, int V>
+void launch_width(const CombineArgs& a, cudaStream_t stream) {
+    const dim3 grid(unsigned(a.T), unsigned(ceil_div(a.H, 256 * V)));
+    combine::combine_kernel<T, Y, V><<<grid, 256, 0, stream>>>(a);
+    MOEX_LAUNCH_CHECK();
+}
+
 template <class T, class Y>
 void combine_rows(const CombineArgs& a, cudaStream_t stream) {
-    if (a.H % 4 == 0 && is_aligned(a.Y, 4 * sizeof(Y))) {
-        const dim3 grid(unsigned(a.T), unsigned(ceil_div(a.H, 256 * 4)));
-        combine::combine_kernel<T, Y, 4><<<grid, 256, 0, stream>>>(a);
-    } else {
-        const dim3 grid(unsigned(a.T), unsigned(ceil_div(a.H, 256)));
-        combine::combine_kernel<T, Y, 1><<<grid, 256, 0, stream>>>(a);
+    constexpr int kWide = 16 / int(sizeof(Y));  // columns of one 16-byte load
+    if (a.H % kWide == 0 && is_aligned(a.Y, 16)) return launch_width<T, Y, kWide>(a, stream);
+    if constexpr (kWide != 4) {
+        if (a.H % 4 == 0 && is_aligned(a.Y, 4 * sizeof(Y))) return launch_width<T, Y, 4>(a, stream);
     }
-    MOEX_LAUNCH_CHECK();
+    launch_width<T, Y, 1>(a, stream);
 }
 
 template <class T>
