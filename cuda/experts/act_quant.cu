@@ -171,17 +171,15 @@ __global__ void __launch_bounds__(32 * kWarps, 2) gather_act_quant_kernel(const 
     });
 }
 
-// One resident wave of blocks (the kernel strides over the tokens and rows), never more than they need.
+// One resident wave of blocks (the kernel strides over the tokens and rows), never more than the warps they need.
 template <class T>
-void launch_gather_act_quant_as(const GatherQuantArgs& a, cudaStream_t stream) {
+void launch_gather_act_quant_as(const GatherQuantArgs& a, int64_t warps_needed, cudaStream_t stream) {
     static const int per_sm = [] {
         int n = 0;
         CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gather_act_quant_kernel<T>, 32 * kWarps, 0));
         return std::max(n, 1);
     }();
     const int64_t wave = int64_t(device_state().sm_count) * per_sm;
-    // One warp per token, or per row where the padding rows outnumber the tokens (small T, many experts).
-    const int64_t warps_needed = std::max(a.gather.T, a.gather.rows_bound);
     const auto blocks = unsigned(std::max<int64_t>(1, std::min(ceil_div(warps_needed, int64_t(kWarps)), wave)));
     gather_act_quant_kernel<T><<<blocks, 32 * kWarps, 0, stream>>>(a);
     MOEX_LAUNCH_CHECK();
@@ -199,13 +197,12 @@ void launch_gather_act_quant(const GatherQuantArgs& a, cudaStream_t stream) {
     const GatherArgs& g = a.gather;
     MOEX_REQUIRE(gather_act_quant_takes(g, 128, false), ErrorCode::kInvalidArgument,
                  "gather + activation quantization: needs groups of 128 and aligned rows (gather_act_quant_takes)");
-    MOEX_REQUIRE(g.slot_row != nullptr && g.T >= 0 && g.k >= 1, ErrorCode::kInvalidArgument,
-                 "gather + activation quantization: slot_row, T >= 0 and k >= 1 are required");
+    const int64_t warps = gather_warps(g, "gather + activation quantization");
     if (g.rows_bound == 0) return;
     switch (g.dtype) {
-        case DType::kBF16: return launch_gather_act_quant_as<__nv_bfloat16>(a, stream);
-        case DType::kF16: return launch_gather_act_quant_as<__half>(a, stream);
-        case DType::kF32: return launch_gather_act_quant_as<float>(a, stream);
+        case DType::kBF16: return launch_gather_act_quant_as<__nv_bfloat16>(a, warps, stream);
+        case DType::kF16: return launch_gather_act_quant_as<__half>(a, warps, stream);
+        case DType::kF32: return launch_gather_act_quant_as<float>(a, warps, stream);
         default: fail(ErrorCode::kInvalidArgument, "gather + activation quantization: bf16, f16 or f32 activations");
     }
 }

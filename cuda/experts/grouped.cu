@@ -39,6 +39,7 @@ void run_grouped(const ExpertsArgs& a, cudaStream_t stream, const GroupedOptions
     const bool packed = !sm90_only && !env_is("MOEX_PACKED_ROWS", "0");
     const RoutingBuffers rb = reserve_routing(ws, S, E, packed ? 1 : kRowAlign, kRowAlign, /*tile_ranges=*/packed);
     const int64_t P = rb.rows_bound;
+    const int64_t tail_rows = packed ? kRowAlign - 1 : 0;  // rows the last tile reads past the last expert (packed)
     // (P, H) down projection, weighted: bf16 rows in a bf16 call (each weighted term rounded once, as the reference
     // rounds its expert outputs; half the bytes of the down GEMM's store and the combine's read), else f32 rows.
     // MOEX_Y_F32=1 keeps f32 rows in bf16 too (the earlier form, for the A/B).
@@ -125,7 +126,7 @@ void run_grouped(const ExpertsArgs& a, cudaStream_t stream, const GroupedOptions
 
     launch_routing(r, stream);
     GatherArgs gather = gather_args(a, r, ws.at<void>(x_rows), ws.at<float>(row_scale), P);
-    gather.tail_rows = packed ? kRowAlign - 1 : 0;  // what the last tile reads past the last expert
+    gather.tail_rows = tail_rows;
     // The FP8 kernel's e4m3 x straight from the token rows (one pass, no (P, H) rows in the dtype), when it can.
     const bool fused_x_quant =
         up.a_fp8 && gather_act_quant_takes(gather, act_group(a, true), a.act_quant.mode == ActivationQuant::kStatic);
@@ -152,7 +153,7 @@ void run_grouped(const ExpertsArgs& a, cudaStream_t stream, const GroupedOptions
 
     if (!a.has_gate) {  // the GEMM contract has no "act only" epilogue: activation in one row-wise pass
         HiddenActArgs act = hidden_act_args(a, r, ws.at<float>(u_rows), ws.at<void>(h_rows), P, a.I, nullptr, false);
-        act.tail_rows = packed ? kRowAlign - 1 : 0;
+        act.tail_rows = tail_rows;
         launch_hidden_act(act, stream);
     }
     if (quantizes_activations(a) && !fused_h_quant) quantize_rows(false, ws.at<void>(h_rows), down);

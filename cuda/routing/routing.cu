@@ -1,5 +1,8 @@
 // Launchers of the routing kernels: one fused CTA when S <= 4096 (decode: a single launch), else count / scan /
-// place over 1024-slot chunks; and the row gather into the padded A buffer.
+// place over 1024-slot chunks; and the row gather into the expert-sorted rows (packed or padded).
+#include <algorithm>
+#include <string>
+
 #include "cuda/common/align.h"
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
@@ -77,14 +80,17 @@ void launch_routing(const RoutingArgs& a, cudaStream_t stream) {
     MOEX_LAUNCH_CHECK();
 }
 
-void launch_gather_rows(const GatherArgs& g, cudaStream_t stream) {
+int64_t gather_warps(const GatherArgs& g, const char* what) {
     MOEX_REQUIRE(g.slot_row != nullptr && g.T >= 0 && g.k >= 1, ErrorCode::kInvalidArgument,
-                 "gather: slot_row, T >= 0 and k >= 1 are required");
+                 std::string(what) + ": slot_row, T >= 0 and k >= 1 are required");
+    return std::max(g.T, g.rows_bound);
+}
+
+void launch_gather_rows(const GatherArgs& g, cudaStream_t stream) {
+    const int64_t warps_needed = gather_warps(g, "gather");
     const int64_t esize = dtype_size(g.dtype);
     const int64_t row_bytes = g.H * esize;
     const bool vec = row_bytes % 16 == 0 && is_aligned16(g.x) && is_aligned16(g.A);
-    // One warp per token, or per row where the padding rows outnumber the tokens (small T, many experts).
-    const int64_t warps_needed = std::max(g.T, g.rows_bound);
     const int64_t max_blocks = int64_t(device_state().sm_count) * 8;
     const int blocks = int(std::max<int64_t>(1, std::min(ceil_div(warps_needed, 8), max_blocks)));
     if (vec) {

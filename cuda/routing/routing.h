@@ -64,8 +64,8 @@ RoutingBuffers reserve_routing(Workspace& ws, int64_t S, int64_t E, int32_t alig
 // A[r, :] = x[row_slot[r] / k, :] for the used rows, zero for padding rows; row_scale[r] = routing weight (0 for
 // padding). Rows at or past *total_rows are not touched (no tile of the padded layout reads them), except the
 // tail_rows rows from there (below rows_bound), cleared as padding rows: the packed layout's last tile reads up to
-// kRowAlign - 1 rows past the last expert's. launch_gather_rows walks the tokens
-// (slot_row: each x row read once, written to its slots' rows); launch_gather_act_quant walks the rows (row_slot).
+// kRowAlign - 1 rows past the last expert's. Both gathers (launch_gather_rows, launch_gather_act_quant) walk the
+// tokens through slot_row, each x row read once and written to its slots' rows, then the padding rows (row_slot).
 struct GatherArgs {
     const void* x;              // (T, H) dtype
     void* A;                    // (rows_bound, H) dtype
@@ -80,5 +80,8 @@ struct GatherArgs {
     int64_t tail_rows = 0;
 };
 void launch_gather_rows(const GatherArgs& args, cudaStream_t stream);
+// The warps both gathers want: one per token, or per row where the padding rows outnumber the tokens (small T, many
+// experts). Checks slot_row, T and k first, failing with `what` in the message.
+int64_t gather_warps(const GatherArgs& args, const char* what);
 
 }  // namespace moex::cuda
