@@ -34,7 +34,8 @@ const Case kCases[] = {{1, 37, 300, false},  {2, 41, 77, false},   {3, 40, 70, f
 // several 512-k blocks with tails of whole 32-k tiles and of pairs (1025, 1100, 2048), both layouts.
 const Case kAmxCases[] = {{100, 300, 1100, false}, {77, 130, 1025, true},   {33, 129, 40, false}, {48, 16, 32, false},
                           {31, 15, 31, false},     {200, 257, 2048, false}, {6, 300, 700, true},  {64, 200, 256, false},
-                          {29, 32, 513, false},    {53, 71, 129, true}};
+                          {29, 32, 513, false},    {53, 71, 129, true},   {420, 70, 2100, false},
+                          {150, 70, 5000, false}};
 
 // Where the AMX tests cannot run: null when they can.
 const char* amx_skip() {
@@ -217,6 +218,28 @@ TEST(CpuKernels, AmxTilesGiveTheSameBitsForAnyRowSplit) {
             gemm_rows(t, o.rows.data(), split, o.w, c.n, parts.data(), c.n);
             gemm_rows(t, o.rows.data() + split, c.m - split, o.w, c.n, parts.data() + split * c.n, c.n);
             expect_same_bits(whole, parts, "amx whole vs split rows");
+        }
+    }
+}
+
+// Up to kAmxWeightTileMaxRows rows the weights' rows are the tiles' A operand (weight tiles), above it they are
+// packed as the B operand: the same products summed in the same order, so a task's rows give the same bits on
+// either side of the hand-over (blocks of k and of rows, partial tiles and K tails included).
+TEST(CpuKernels, AmxWeightTilesAreThePackedTilesBitForBit) {
+    if (amx_skip()) GTEST_SKIP() << amx_skip();
+    const KernelTable& t = *amx_kernels();
+    const int64_t over = kAmxWeightTileMaxRows + 36;
+    for (const Case& c : {Case{over, 70, 5000, false}, Case{over, 257, 2048, false}, Case{over, 33, 31, false},
+                          Case{over, 130, 1100, false}}) {
+        SCOPED_TRACE(::testing::Message() << "m " << c.m << " n " << c.n << " K " << c.K);
+        const Operands o = make(c, DType::kBF16, true, uint64_t(c.n * 17 + c.K));
+        const std::vector<float> packed = run(t, o, c);  // all rows on the packed tiles
+        for (int64_t r0 : {int64_t(0), int64_t(16), c.m - 50}) {
+            const int64_t m = std::min<int64_t>(kAmxWeightTileMaxRows, c.m - r0);
+            std::vector<float> part(size_t(m * c.n), std::nanf(""));
+            gemm_rows(t, o.rows.data() + r0, m, o.w, c.n, part.data(), c.n);
+            expect_same_bits(part, std::vector<float>(packed.begin() + r0 * c.n, packed.begin() + (r0 + m) * c.n),
+                             "weight tiles vs packed tiles");
         }
     }
 }

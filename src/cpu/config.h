@@ -41,10 +41,21 @@ inline PackBlock pack_block(bool transposed, int tile_rows = 6) {
     if (transposed) return PackBlock{512, 64};
     return tile_rows >= 12 ? PackBlock{128, 512} : PackBlock{128, 256};
 }
-// The AMX-BF16 path (gemm_amx.cpp), both layouts: the avx512 tile's rows-layout block, 128 columns by 512 k (a 128 KiB
-// bf16 block, its 32 KiB column-pair panels in the 48 KiB L1d of Sapphire Rapids while the 32-row A tiles stream from
-// L2). kc is a multiple of 32 (one A tile's k). Not tuned: chosen without AMX hardware, to be measured there.
-inline PackBlock amx_pack_block() { return PackBlock{128, 512}; }
+// The AMX-BF16 path (gemm_amx.cpp). Measured on the dev Xeon (AMX, one core; bench/RESULTS.md T1), dense tasks of
+// 512 columns x K 2048, before -> after: m 1024 518 -> 880-920 GFLOP/s, m 256 711 -> 818.
+// Packed tiles (the weights packed as TDPBF16PS's B operand): blocks of kAmxPackCols columns x as much of K as keeps
+// the packed block within kAmxPackBytes (all of K up to 2048: no round trip of C through memory, and 4x fewer tile
+// pipeline drains than 512-k blocks), the rows in blocks that keep their bf16 k block within kAmxRowBlockBytes, so
+// the packed block and the row block stay in L2 (2 MiB) while the tiles run.
+inline constexpr int64_t kAmxPackCols = 128, kAmxPackBytes = 512 << 10, kAmxRowBlockBytes = 256 << 10;
+// Weight tiles (the weights' rows read in place as the A operand, A's rows packed instead; gemm_amx.cpp) up to this
+// many rows: no packing of the weights, whose bytes the tile loads read once. Measured on the dev Xeon, 2 threads
+// (T1): grouped_mm qwen3-30b-a3b T = 512 -38%, mixtral-8x7b T = 1024 (256 rows an expert) 662-683 -> 556-564 ms
+// against packed tiles; at 512 rows (mixtral T = 2048) packed tiles win (1394-1519 against 1564-1618 ms), 384 beat
+// 256 at T = 1024 (581-587 against 634-635 ms).
+inline constexpr int64_t kAmxWeightTileMaxRows = 384;
+// Weight tiles keep A's packed rows of one k block within this many bytes (L2), the partial Cᵀ through scratch.
+inline constexpr int64_t kAmxWeightTileRowBytes = 1 << 20;
 // From this many rows a bf16 x bf16 task runs on the AMX tiles rather than the streaming GEMV (the amx table's
 // gemm_bf16_from_rows): one full A tile. Measured on a 16-core AMX Xeon (bench/RESULTS.md C4): from 16 rows instead
 // of 25, mixtral T = 48-64 (12-16 rows an expert) -7 to -27% and qwen3 T = 256 -13% at 16 and 2 threads; from 8 or 4

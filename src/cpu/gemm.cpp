@@ -144,14 +144,13 @@ void gemm_rows(const KernelTable& kt, const float* const* a, int64_t m, const We
         const int64_t lda = amx ? amx_lda(b.K) : (b.K + 1) / 2 * 2, rows = amx ? (m + 15) / 16 * 16 : m;
         auto* a16 = reinterpret_cast<uint16_t*>(thread_scratch(6, rows * lda / 2));
         if (kt.rows_bf16(a, m, b.K, a16, lda)) {
-            const PackBlock bb = amx ? amx_pack_block() : blk;
-            if (amx) std::memset(a16 + m * lda, 0, size_t((rows - m) * lda) * 2);
-            for (int64_t n0 = 0; n0 < n; n0 += bb.nc) {
-                const int64_t nb = n - n0 < bb.nc ? n - n0 : bb.nc;
-                if (amx)
-                    kt.gemm_bf16(a16, lda, m, b.from_row(n0), nb, bb.kc, c + n0, ldc);
-                else
-                    gemm_bf16(kt, a16, lda, m, b.from_row(n0), nb, bb.kc, c + n0, ldc);
+            if (amx) {
+                std::memset(a16 + m * lda, 0, size_t((rows - m) * lda) * 2);
+                return kt.gemm_bf16(a16, lda, m, b, n, c, ldc);
+            }
+            for (int64_t n0 = 0; n0 < n; n0 += blk.nc) {
+                const int64_t nb = n - n0 < blk.nc ? n - n0 : blk.nc;
+                gemm_bf16(kt, a16, lda, m, b.from_row(n0), nb, blk.kc, c + n0, ldc);
             }
             return;
         }

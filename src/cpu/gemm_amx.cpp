@@ -8,14 +8,18 @@
 #include <unistd.h>
 #endif
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
+#include "src/cpu/config.h"
 #include "src/cpu/kernels.h"
 #include "src/cpu/next_block.h"
 #include "src/cpu/parallel.h"
+#include "src/cpu/transpose_avx512.h"
 
 namespace moex::cpu {
 
@@ -148,32 +152,177 @@ void run_block(const uint16_t* a, int64_t lda, const uint32_t* b0, int64_t panel
     tile_block<1, 1>(a, lda, b0, panel, steps, c, ldc, rows, cols, acc);
 }
 
+// ---- Weight tiles: the weights' rows as the A operand ----
+// TDPBF16PS's A operand is 16 rows of 32 k at any stride: exactly 16 rows of the weights (rows layout) in place. So
+// Cᵀ = B·Aᵀ runs with the weights loaded straight into tmm4-5 (no packing: their bytes are read once, by the tile
+// loads) and A's rows packed as the B operand (pack_b_bf16 of the bf16 rows: [k pair][16 rows] dwords), 32 weight
+// rows x 32 A rows of Cᵀ per block. Each element's products and their order are the packed kernel's (the products
+// are exact, the pairs summed in the same order), so the two kernels agree bit for bit.
+
+// The 2 x 2 tiles of one Cᵀ block: tile 2h + v holds weight rows 16h.., A rows 16v..
+template <int MT, int NT>
+void weight_block(const uint16_t* w, int64_t ldw, const uint32_t* x, int64_t group, int64_t steps, const uint16_t* tail,
+                  const float* acc_in, float* acc_out, const char* prefetch, int64_t pf_stride) {
+    if (acc_in) {
+        _tile_loadd(0, acc_in, kTileBytes);
+        if constexpr (NT == 2) _tile_loadd(1, acc_in + 256, kTileBytes);
+        if constexpr (MT == 2) _tile_loadd(2, acc_in + 512, kTileBytes);
+        if constexpr (MT == 2 && NT == 2) _tile_loadd(3, acc_in + 768, kTileBytes);
+    } else {
+        _tile_zero(0);
+        if constexpr (NT == 2) _tile_zero(1);
+        if constexpr (MT == 2) _tile_zero(2);
+        if constexpr (MT == 2 && NT == 2) _tile_zero(3);
+    }
+    const int64_t sw = ldw * 2;
+    for (int64_t s = 0; s < steps; ++s) {
+        // the last step of a k block past K reads its 32 rows x 32 k from `tail` (zero past K)
+        const bool from_tail = tail != nullptr && s == steps - 1;
+        const uint16_t* ws = from_tail ? tail : w + s * 32;
+        const int64_t st = from_tail ? kTileBytes : sw;
+        if (prefetch)
+            for (int i = 0; i < 16 * MT; ++i) _mm_prefetch(prefetch + i * pf_stride + s * 64, _MM_HINT_T0);
+        const uint32_t* xs = x + s * kPairsPerTile * 16;
+        _tile_loadd(4, ws, st);
+        if constexpr (MT == 2) _tile_loadd(5, ws + 16 * (from_tail ? 32 : ldw), st);
+        _tile_loadd(6, xs, kTileBytes);
+        if constexpr (NT == 2) _tile_loadd(7, xs + group, kTileBytes);
+        _tile_dpbf16ps(0, 4, 6);
+        if constexpr (NT == 2) _tile_dpbf16ps(1, 4, 7);
+        if constexpr (MT == 2) _tile_dpbf16ps(2, 5, 6);
+        if constexpr (MT == 2 && NT == 2) _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, acc_out, kTileBytes);
+    if constexpr (NT == 2) _tile_stored(1, acc_out + 256, kTileBytes);
+    if constexpr (MT == 2) _tile_stored(2, acc_out + 512, kTileBytes);
+    if constexpr (MT == 2 && NT == 2) _tile_stored(3, acc_out + 768, kTileBytes);
+}
+
+// Cᵀ tiles (4 x 16 x 16 f32 at t, tile 2h + v) into C: rows (A) r < rows, columns (weights) j < cols.
+void store_transposed(const float* t, float* c, int64_t ldc, int rows, int cols) {
+    for (int h = 0; h < 2 && 16 * h < cols; ++h)
+        for (int v = 0; v < 2 && 16 * v < rows; ++v) {
+            __m512i r[16];
+            for (int i = 0; i < 16; ++i) r[i] = _mm512_load_si512(t + (2 * h + v) * 256 + i * 16);
+            transpose16(r);  // r[j]: A row 16v + j, weight rows 16h..16h + 15
+            const int nr = rows - 16 * v < 16 ? rows - 16 * v : 16, nc = cols - 16 * h < 16 ? cols - 16 * h : 16;
+            const __mmask16 mk = __mmask16((1u << nc) - 1);
+            for (int j = 0; j < nr; ++j) _mm512_mask_storeu_epi32(c + (16 * v + j) * ldc + 16 * h, mk, r[j]);
+        }
+}
+
+void run_weight_block(const uint16_t* w, int64_t ldw, const uint32_t* x, int64_t group, int64_t steps,
+                      const uint16_t* tail, const float* acc_in, float* acc_out, const char* pf, int64_t pf_stride,
+                      int wrows, int arows) {
+    if (wrows > 16 && arows > 16)
+        return weight_block<2, 2>(w, ldw, x, group, steps, tail, acc_in, acc_out, pf, pf_stride);
+    if (wrows > 16) return weight_block<2, 1>(w, ldw, x, group, steps, tail, acc_in, acc_out, pf, pf_stride);
+    if (arows > 16) return weight_block<1, 2>(w, ldw, x, group, steps, tail, acc_in, acc_out, pf, pf_stride);
+    weight_block<1, 1>(w, ldw, x, group, steps, tail, acc_in, acc_out, pf, pf_stride);
+}
+
+// C (m, n) = A·Bᵀ on weight tiles: A's m bf16 rows (lda apart, zero to a multiple of 16 rows and to lda) packed as
+// [m16 / 16][K32 / 2][16] dwords, B's rows (not transposed) read in place. k blocks of kc keep the packed rows in L2
+// (the partial Cᵀ of a block goes through scratch between them); the next 32 weight rows are prefetched meanwhile.
+void gemm_weight_tiles(const uint16_t* a, int64_t lda, int64_t m, const WeightMat& b, int64_t n, float* c,
+                       int64_t ldc) {
+    const int64_t K = b.K, K32 = (K + 31) / 32 * 32, m16 = (m + 15) / 16 * 16, group = K32 / 2 * 16;
+    auto* x = reinterpret_cast<uint32_t*>(thread_scratch(0, m16 * K32 / 2));
+    pack_b_bf16_avx512(WeightMat{a, DType::kBF16, false, lda, K32}, m16, 0, K32, x);
+    const int64_t kmax = std::max<int64_t>(512, kAmxWeightTileRowBytes / (m16 * 2) / 32 * 32);
+    const int64_t kblocks = (K32 + kmax - 1) / kmax, kc = (K32 / 32 + kblocks - 1) / kblocks * 32;
+    const int64_t nb32 = (n + 31) / 32, mb32 = (m16 + 31) / 32;
+    float* acc = kblocks > 1 ? thread_scratch(4, nb32 * mb32 * 1024) : nullptr;
+    alignas(64) float out[1024];
+    alignas(64) uint16_t tail[32 * 32];
+    std::vector<uint16_t> rows_buf;  // weight rows of a partial 16-row tile, zero-padded
+    const auto* wbase = static_cast<const uint16_t*>(b.data);
+    begin_tiles();
+    for (int64_t k0 = 0; k0 < K32; k0 += kc) {
+        const int64_t kcc = K32 - k0 < kc ? K32 - k0 : kc, steps = kcc / 32;
+        const bool last_k = k0 + kcc >= K32, past_k = k0 + kcc > K;
+        for (int64_t nr = 0; nr < n; nr += 32) {
+            const int wrows = int(n - nr < 32 ? n - nr : 32);
+            const uint16_t* w = wbase + nr * b.ld + k0;
+            int64_t ldw = b.ld;
+            if (wrows % 16 != 0) {  // a partial tile: its rows copied, the rest zero
+                const int64_t rows16 = (wrows + 15) / 16 * 16;
+                rows_buf.assign(size_t(rows16 * kcc), 0);
+                for (int i = 0; i < wrows; ++i)
+                    std::memcpy(rows_buf.data() + i * kcc, w + i * b.ld, size_t(std::min(kcc, K - k0)) * 2);
+                w = rows_buf.data(), ldw = kcc;
+            }
+            const uint16_t* tl = nullptr;
+            if (past_k && w != rows_buf.data()) {  // the last step's 32 k reach past K: copy them, zero past K
+                std::memset(tail, 0, sizeof(tail));
+                const int64_t kl = (steps - 1) * 32, valid = K - k0 - kl;
+                for (int i = 0; i < wrows; ++i) std::memcpy(tail + i * 32, w + i * ldw + kl, size_t(valid) * 2);
+                tl = tail;
+            }
+            // the next block's weight rows (next 32 rows, or the next k block's first), prefetched by the first pass
+            const bool more = nr + 32 < n || !last_k;
+            const char* pf = nullptr;
+            if (more) {
+                const int64_t pn = nr + 32 < n ? nr + 32 : 0, pk = nr + 32 < n ? k0 : k0 + kcc;
+                const int64_t prow = std::min<int64_t>(32, n - pn);
+                pf = prow == 32 ? reinterpret_cast<const char*>(wbase + pn * b.ld + pk) : nullptr;
+            }
+            for (int64_t tr = 0; tr < m16; tr += 32) {
+                const int arows = int(m16 - tr < 32 ? m16 - tr : 32);
+                float* blk = acc ? acc + ((nr / 32) * mb32 + tr / 32) * 1024 : nullptr;
+                run_weight_block(w, ldw, x + (tr / 16) * group + k0 / 2 * 16, group, steps, tl, k0 > 0 ? blk : nullptr,
+                                 last_k ? out : blk, tr == 0 ? pf : nullptr, b.ld * 2, wrows, arows);
+                if (last_k) store_transposed(out, c + tr * ldc + nr, ldc, int(std::min<int64_t>(m - tr, 32)), wrows);
+            }
+        }
+    }
+    _tile_release();
+}
+
 }  // namespace
 
-// k blocks of kcb outermost (B's block packed once as panels of k pairs, padded with zero pairs to whole tiles, the
-// next block prefetched meanwhile), then column pairs (their 2 x kcb/2 x 64 bytes stay in L1) over 32-row blocks of A.
-void gemm_bf16_amx(const uint16_t* a, int64_t lda, int64_t m, const WeightMat& b, int64_t n, int64_t kcb, float* c,
-                   int64_t ldc) {
-    const int64_t panels = (n + 15) / 16;
-    auto* pack = reinterpret_cast<uint32_t*>(thread_scratch(0, panels * (kcb / 2) * kNr));
-    const int64_t calls = ((m + kBlock - 1) / kBlock) * ((n + kBlock - 1) / kBlock);
+// Packed tiles above kAmxWeightTileMaxRows rows or for transposed weights (config.h): column blocks of kAmxPackCols
+// outermost, each k block of it packed once (the next block prefetched into L2 meanwhile), then row blocks of mc rows,
+// column pairs (their packed panels in L1/L2) over the 32-row blocks of A; C from memory past the first k block.
+void gemm_bf16_amx(const uint16_t* a, int64_t lda, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc) {
+    if (!b.transposed && m <= kAmxWeightTileMaxRows) return gemm_weight_tiles(a, lda, m, b, n, c, ldc);
+    const int64_t K32 = (b.K + 31) / 32 * 32;
+    const int64_t nc = n < kAmxPackCols ? n : kAmxPackCols;
+    // kc: all of K when the packed block fits, else K in equal parts of whole tiles
+    const int64_t kmax = std::max<int64_t>(32, kAmxPackBytes / (nc * 2) / 32 * 32);
+    const int64_t kblocks = (K32 + kmax - 1) / kmax;
+    const int64_t kc = (K32 / 32 + kblocks - 1) / kblocks * 32;
+    const int64_t mc = std::max<int64_t>(32, kAmxRowBlockBytes / (kc * 2) / 32 * 32);
+    const int64_t panels = (nc + 15) / 16, kp16 = kc / 2;
+    auto* pack = reinterpret_cast<uint32_t*>(thread_scratch(0, panels * kp16 * kNr));
     begin_tiles();
-    for (int64_t k0 = 0; k0 < b.K; k0 += kcb) {
-        const int64_t kc = b.K - k0 < kcb ? b.K - k0 : kcb, k1 = k0 + kc;
-        const int64_t kp = (kc + 1) / 2, kp16 = (kp + kPairsPerTile - 1) / kPairsPerTile * kPairsPerTile;
-        for (int64_t q = 0; q < panels; ++q) {  // (kp16, 16) dwords per panel, zero past kp
-            uint32_t* dst = pack + q * kp16 * kNr;
-            pack_b_bf16_avx512(b.from_row(q * kNr), n - q * kNr < kNr ? n - q * kNr : kNr, k0, kc, dst);
-            std::memset(dst + kp * kNr, 0, size_t((kp16 - kp) * kNr) * 4);
-        }
-        NextBlock next(b, n, k1, b.K - k1 < kcb ? b.K - k1 : kcb, calls);
-        for (int64_t p = 0; p < n; p += kBlock)
-            for (int64_t r = 0; r < m; r += kBlock) {
-                next.step();
-                run_block(a + r * lda + k0, lda, pack + (p / kNr) * kp16 * kNr, kp16 * kNr, kp16 / kPairsPerTile,
-                          c + r * ldc + p, ldc, int(m - r < kBlock ? m - r : kBlock),
-                          int(n - p < kBlock ? n - p : kBlock), k0 > 0);
+    for (int64_t n0 = 0; n0 < n; n0 += nc) {
+        const int64_t nb = n - n0 < nc ? n - n0 : nc;
+        for (int64_t k0 = 0; k0 < b.K; k0 += kc) {
+            const int64_t kcc = b.K - k0 < kc ? b.K - k0 : kc, kp = (kcc + 1) / 2;
+            const int64_t kpt = (kp + kPairsPerTile - 1) / kPairsPerTile * kPairsPerTile;
+            for (int64_t q = 0; q * kNr < nb; ++q) {
+                uint32_t* dst = pack + q * kpt * kNr;
+                pack_b_bf16_avx512(b.from_row(n0 + q * kNr), nb - q * kNr < kNr ? nb - q * kNr : kNr, k0, kcc, dst);
+                std::memset(dst + kp * kNr, 0, size_t((kpt - kp) * kNr) * 4);
             }
+            // the next B block: this block's columns at the next k, or the next columns from k = 0
+            const bool last_k = k0 + kc >= b.K;
+            const int64_t n1 = last_k ? n0 + nc : n0, k1 = last_k ? 0 : k0 + kc;
+            const int64_t calls = ((m + kBlock - 1) / kBlock) * ((nb + kBlock - 1) / kBlock);
+            NextBlock next(b.from_row(n1 < n ? n1 : n0), n1 < n ? std::min(nc, n - n1) : 0, k1,
+                           b.K - k1 < kc ? b.K - k1 : kc, calls);
+            for (int64_t r0 = 0; r0 < m; r0 += mc) {
+                const int64_t r1 = m - r0 < mc ? m : r0 + mc;
+                for (int64_t p = 0; p < nb; p += kBlock)
+                    for (int64_t r = r0; r < r1; r += kBlock) {
+                        next.step();
+                        run_block(a + r * lda + k0, lda, pack + (p / kNr) * kpt * kNr, kpt * kNr, kpt / kPairsPerTile,
+                                  c + r * ldc + n0 + p, ldc, int(m - r < kBlock ? m - r : kBlock),
+                                  int(nb - p < kBlock ? nb - p : kBlock), k0 > 0);
+                    }
+            }
+        }
     }
     _tile_release();
 }

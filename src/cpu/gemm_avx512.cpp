@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "src/cpu/kernels.h"
+#include "src/cpu/transpose_avx512.h"
 
 namespace moex::cpu {
 namespace {
@@ -130,34 +131,6 @@ namespace {
 // With B packed as [k pair][16 columns] dwords (element k = 2j in the low half, 2j + 1 in the high) and A's pair j
 // broadcast to every lane, lane l of a tile accumulator is column l's dot product summed in the order 1, 0, 3, 2, ...:
 // a fixed order per (K, layout), so the bits do not depend on the rows, the tile or the thread count.
-
-// 16x16 dword transpose: r[i] holds row i, on return r[i] holds column i.
-inline void transpose16(__m512i r[16]) {
-    __m512i t[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-    // r[4q + s] now holds, in each 128-bit lane L, element s of rows 4L'..: shuffle 128-bit lanes across 4 groups.
-    for (int i = 0; i < 4; ++i) {
-        t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
-        t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
-        t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
-        t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
-    }
-    for (int i = 0; i < 4; ++i) {
-        r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
-        r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
-        r[i + 4] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0x88);
-        r[i + 12] = _mm512_shuffle_i32x4(t[i + 4], t[i + 12], 0xdd);
-    }
-}
 
 // Rows layout: row c of the panel is K-contiguous bf16, so 32 k of 16 rows are 16 zmm of 16 dword pairs, transposed
 // into 16 pair rows of the panel. Tails (kc not a multiple of 32, rows past n) are masked loads: zeros.

@@ -36,9 +36,10 @@ class FloatBuffer {
     int64_t size_ = 0;
 };
 
-// Per-thread scratch: `slot` 0..7 are independent buffers (0 B panels, 1 up tile, 2-3 gate epilogue, 4-5 dequantized
-// weights of quantized experts, 6 A rows as bf16 for the bf16 tile or scaled for the AVX2 FP8 GEMV, 7 group scales of
-// the AVX2 quantized GEMV).
+// Per-thread scratch: `slot` 0..7 are independent buffers (0 B panels, or A's rows packed for the AMX weight tiles,
+// 1 up tile, 2-3 gate epilogue, 4-5 dequantized weights of quantized experts (4 also the AMX weight tiles' partial
+// sums: bf16 weights only), 6 A rows as bf16 for the bf16 tile or scaled for the AVX2 FP8 GEMV, 7 group scales of the
+// AVX2 quantized GEMV).
 float* thread_scratch(int slot, int64_t n);
 
 }  // namespace moex::cpu
