@@ -193,6 +193,8 @@ TEST_P(EdgeCases, LargeTokenCount) {
         Variant v = with_dtype(d);
         v.bias = true;
         expect_matches(HostProblem(3000, 24, 16, 8, 2, v, 10), std::string(dtype_name(d)));
+        // one expert with all the rows: split into row blocks of kMc (config.h) that share its prepared rows
+        expect_matches(HostProblem(2100, 40, 24, 1, 1, v, 11), std::string(dtype_name(d)) + " one expert");
     }
     MOEX_SKIP_IF_NOTHING_RAN();
 }

@@ -51,34 +51,82 @@ const float** row_pointers(int64_t m) {
     return ptrs.data();
 }
 
-void up_task(const CpuProblem& cp, const Routing& r, const Task& t, const UpInput& in, float* h) {
+// Row i of group g's input: the token's x (up) or the row's h (down).
+struct RowSource {
+    const float* base;
+    int64_t ld;
+    bool by_token;  // x by routed token (up, unless the rows were quantized per routed row)
+    const float* row(const Routing& r, int64_t i) const {
+        return base + (by_token ? int64_t(r.token[size_t(i)]) : i) * ld;
+    }
+};
+
+// The AMX path's rows of each group, prepared once for all its tasks (gemm.h AmxRows: one conversion to bf16, one
+// packing for the weight tiles, instead of one per GEMM call: an up task of mixtral-8x7b's 14,336-wide I alone made 56
+// calls on each expert's rows). Indexed by g - g0; a16 null where the group does not take the AMX path.
+std::vector<AmxRows> prepare_groups(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, bool up,
+                                    const RowSource& src, int threads) {
+    thread_local FloatBuffer buf;
+    const int64_t K = up ? cp.H : cp.I;
+    std::vector<AmxRows> prepared(size_t(g1 - g0));
+    std::vector<int64_t> offset(size_t(g1 - g0), -1);
+    int64_t total = 0;
+    for (int64_t g = g0; g < g1; ++g) {
+        const int64_t m = r.begin[size_t(g) + 1] - r.begin[size_t(g)], e = r.expert[size_t(g)];
+        if (gemm_path(kernels(), m, up ? cp.up(e) : cp.down(e), r.gemv) != GemmPath::kAmx) continue;
+        offset[size_t(g - g0)] = total;
+        total += amx_rows_floats(m, K);
+    }
+    if (total == 0) return prepared;
+    float* base = buf.get(total);
+    parallel_for(g1 - g0, threads, [&](int64_t i) {
+        if (offset[size_t(i)] < 0) return;
+        const int64_t b = r.begin[size_t(g0 + i)], m = r.begin[size_t(g0 + i) + 1] - b;
+        const float** a = row_pointers(m);
+        for (int64_t j = 0; j < m; ++j) a[j] = src.row(r, b + j);
+        amx_prepare_rows(kernels(), a, m, K, !cp.p->is_transposed, base + offset[size_t(i)], prepared[size_t(i)]);
+    });
+    return prepared;
+}
+
+// A task's part of its group's prepared rows: all of them, or a row block (then without the packed operand, which
+// holds 16-row groups from the group's first row; a row block above kMc rows takes the packed tiles anyway).
+AmxRows task_rows(const std::vector<AmxRows>& prepared, const Routing& r, int64_t g0, const Task& t) {
+    AmxRows p = prepared[size_t(t.g - g0)];
+    const int64_t b = r.begin[size_t(t.g)];
+    if (p.a16 == nullptr || (t.r0 == b && t.r1 == r.begin[size_t(t.g) + 1])) return p;
+    return AmxRows{p.a16 + (t.r0 - b) * p.lda, p.lda, nullptr};
+}
+
+void up_task(const CpuProblem& cp, const Routing& r, const Task& t, const RowSource& src, const AmxRows& prep,
+             float* h) {
     const int64_t m = t.r1 - t.r0, ni = t.c1 - t.c0, e = r.expert[size_t(t.g)];
     const float** a = row_pointers(m);
-    for (int64_t i = 0; i < m; ++i) a[i] = in.x + (in.by_row ? t.r0 + i : int64_t(r.token[size_t(t.r0 + i)])) * cp.H;
+    for (int64_t i = 0; i < m; ++i) a[i] = src.row(r, t.r0 + i);
     const int64_t width = up_task_width(cp, ni);
     float* tile = thread_scratch(1, m * width);  // (m, width): see gate.h for the column order
     const WeightMat w = cp.up(e);
     switch (cp.layout) {
         case GateLayout::kConcatenated:
             if (ni == cp.I) {  // all of I: gate and up rows are adjacent, one pass reads whole rows of B
-                gemm_rows(a, m, w, 2 * ni, tile, width, r.gemv);
+                gemm_rows(a, m, w, 2 * ni, tile, width, r.gemv, &prep);
                 break;
             }
-            gemm_rows(a, m, w.from_row(t.c0), ni, tile, width, r.gemv);
-            gemm_rows(a, m, w.from_row(cp.I + t.c0), ni, tile + ni, width, r.gemv);
+            gemm_rows(a, m, w.from_row(t.c0), ni, tile, width, r.gemv, &prep);
+            gemm_rows(a, m, w.from_row(cp.I + t.c0), ni, tile + ni, width, r.gemv, &prep);
             break;
-        case GateLayout::kInterleaved: gemm_rows(a, m, w.from_row(2 * t.c0), 2 * ni, tile, width, r.gemv); break;
-        case GateLayout::kUngated: gemm_rows(a, m, w.from_row(t.c0), ni, tile, width, r.gemv); break;
+        case GateLayout::kInterleaved: gemm_rows(a, m, w.from_row(2 * t.c0), 2 * ni, tile, width, r.gemv, &prep); break;
+        case GateLayout::kUngated: gemm_rows(a, m, w.from_row(t.c0), ni, tile, width, r.gemv, &prep); break;
     }
     apply_gate(cp, e, tile, m, t.c0, ni, h + t.r0 * cp.I + t.c0, cp.I);
 }
 
-void down_task(const CpuProblem& cp, const Routing& r, const Task& t, const float* h, float* y) {
+void down_task(const CpuProblem& cp, const Routing& r, const Task& t, const float* h, const AmxRows& prep, float* y) {
     const int64_t m = t.r1 - t.r0, n = t.c1 - t.c0, e = r.expert[size_t(t.g)];
     const float** a = row_pointers(m);
     for (int64_t i = 0; i < m; ++i) a[i] = h + (t.r0 + i) * cp.I;
     float* c = y + t.r0 * cp.H + t.c0;  // (m, n) with row stride H
-    gemm_rows(a, m, cp.down(e).from_row(t.c0), n, c, cp.H, r.gemv);
+    gemm_rows(a, m, cp.down(e).from_row(t.c0), n, c, cp.H, r.gemv, &prep);
     if (!cp.down_bias) return;
     float* b = thread_scratch(2, n);
     const int64_t es = dtype_size(cp.dtype);
@@ -91,12 +139,21 @@ void down_task(const CpuProblem& cp, const Routing& r, const Task& t, const floa
 
 void run_up(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, const UpInput& in, float* h, int threads) {
     const std::vector<Task> tasks = make_tasks(cp, r, g0, g1, true);
-    parallel_for(int64_t(tasks.size()), threads, [&](int64_t i) { up_task(cp, r, tasks[size_t(i)], in, h); });
+    const RowSource src{in.x, cp.H, !in.by_row};
+    const std::vector<AmxRows> prepared = prepare_groups(cp, r, g0, g1, true, src, threads);
+    parallel_for(int64_t(tasks.size()), threads, [&](int64_t i) {
+        const Task& t = tasks[size_t(i)];
+        up_task(cp, r, t, src, task_rows(prepared, r, g0, t), h);
+    });
 }
 
 void run_down(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, const float* h, float* y, int threads) {
     const std::vector<Task> tasks = make_tasks(cp, r, g0, g1, false);
-    parallel_for(int64_t(tasks.size()), threads, [&](int64_t i) { down_task(cp, r, tasks[size_t(i)], h, y); });
+    const std::vector<AmxRows> prepared = prepare_groups(cp, r, g0, g1, false, RowSource{h, cp.I, false}, threads);
+    parallel_for(int64_t(tasks.size()), threads, [&](int64_t i) {
+        const Task& t = tasks[size_t(i)];
+        down_task(cp, r, t, h, task_rows(prepared, r, g0, t), y);
+    });
 }
 
 }  // namespace moex::cpu

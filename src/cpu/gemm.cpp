@@ -126,13 +126,37 @@ GemmPath gemm_path(const KernelTable& kt, int64_t m, const WeightMat& b, bool ge
     return GemmPath::kAmx;
 }
 
-void gemm_rows(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc, bool gemv) {
-    gemm_rows(kernels(), a, m, b, n, c, ldc, gemv);
+int64_t amx_rows_floats(int64_t m, int64_t K) {
+    const int64_t rows = (m + 15) / 16 * 16 + 16, K32 = (K + 31) / 32 * 32;
+    return (rows * amx_lda(K) / 2 + 15) / 16 * 16 + rows * K32 / 2;
+}
+
+bool amx_prepare_rows(const KernelTable& kt, const float* const* a, int64_t m, int64_t K, bool pack, float* buf,
+                      AmxRows& out) {
+    if (kt.gemm_bf16 == nullptr) return false;
+    const int64_t lda = amx_lda(K), rows = (m + 15) / 16 * 16 + 16, K32 = (K + 31) / 32 * 32;
+    auto* a16 = reinterpret_cast<uint16_t*>(buf);
+    if (!kt.rows_bf16(a, m, K, a16, lda)) return false;
+    std::memset(a16 + m * lda, 0, size_t((rows - m) * lda) * 2);
+    out = AmxRows{a16, lda, nullptr};
+    if (pack && m <= kAmxWeightTileMaxRows) {  // the weight tiles' operand (gemm_amx.cpp): 16-row groups of k pairs
+        auto* packed = reinterpret_cast<uint32_t*>(buf + (rows * lda / 2 + 15) / 16 * 16);
+        kt.pack_b_bf16(WeightMat{a16, DType::kBF16, false, lda, K32}, (m + 15) / 16 * 16, 0, K32, packed);
+        out.packed = packed;
+    }
+    return true;
+}
+
+void gemm_rows(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc, bool gemv,
+               const AmxRows* prepared) {
+    gemm_rows(kernels(), a, m, b, n, c, ldc, gemv, prepared);
 }
 
 void gemm_rows(const KernelTable& kt, const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c,
-               int64_t ldc, bool gemv) {
+               int64_t ldc, bool gemv, const AmxRows* prepared) {
     const GemmPath path = gemm_path(kt, m, b, gemv);
+    if (path == GemmPath::kAmx && prepared != nullptr && prepared->a16 != nullptr)
+        return kt.gemm_bf16(prepared->a16, prepared->lda, m, b, n, c, ldc, b.transposed ? nullptr : prepared->packed);
     const auto stream = [&] {
         return b.quantized() ? stream_quantized(kt, a, m, b, n, c, ldc) : kt.stream(a, m, b, n, c, ldc);
     };
@@ -146,7 +170,7 @@ void gemm_rows(const KernelTable& kt, const float* const* a, int64_t m, const We
         if (kt.rows_bf16(a, m, b.K, a16, lda)) {
             if (amx) {
                 std::memset(a16 + m * lda, 0, size_t((rows - m) * lda) * 2);
-                return kt.gemm_bf16(a16, lda, m, b, n, c, ldc);
+                return kt.gemm_bf16(a16, lda, m, b, n, c, ldc, nullptr);
             }
             for (int64_t n0 = 0; n0 < n; n0 += blk.nc) {
                 const int64_t nb = n - n0 < blk.nc ? n - n0 : blk.nc;

@@ -17,14 +17,31 @@ struct KernelTable;
 // the streaming kernel up to stream_max_rows (batched_mm, whose every output is its pair's lone GEMV).
 GemmPath gemm_path(const KernelTable& kt, int64_t m, const WeightMat& b, bool gemv = false);
 
+// A task's rows as the AMX GEMM reads them, prepared once for every call that shares them (an expert's rows: each
+// column block of its up and down projections) instead of once per call: bf16 rows lda apart, readable up to 16 rows
+// past the next multiple of 16 (rows past m are computed, never stored), and for the weight tiles the same rows packed
+// as their B operand (null: the call packs them). a16 null: not prepared.
+struct AmxRows {
+    const uint16_t* a16 = nullptr;
+    int64_t lda = 0;
+    const uint32_t* packed = nullptr;
+};
+// Floats of 64-byte aligned scratch amx_prepare_rows needs for m rows of K.
+int64_t amx_rows_floats(int64_t m, int64_t K);
+// Prepares m rows of K for kt's AMX GEMM in buf (packed for the weight tiles when `pack` and m is within their rows);
+// false where kt has no AMX GEMM or some value of the rows is not a bf16 (the calls then take the f32 kernels).
+bool amx_prepare_rows(const KernelTable& kt, const float* const* a, int64_t m, int64_t K, bool pack, float* buf,
+                      AmxRows& out);
+
 // C[r*ldc + c] = Σ_k a[r][k]·B(c, k) for r < m, c < n, K = b.K. Single-threaded (a task of the caller).
 // The path (gemm_path) depends on m, the weights' dtype and layout, and whether the rows hold bf16 values only:
 // streaming kernel, direct or packed microkernel, or AMX tiles.
+// prepared: a's rows from amx_prepare_rows, used where the call takes the AMX path.
 void gemm_rows(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc,
-               bool gemv = false);
+               bool gemv = false, const AmxRows* prepared = nullptr);
 // The same on a given kernel table (kernels.h) instead of this CPU's best: the tests compare the tables on one machine.
 void gemm_rows(const KernelTable& kt, const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c,
-               int64_t ldc, bool gemv = false);
+               int64_t ldc, bool gemv = false, const AmxRows* prepared = nullptr);
 
 // The kernel table every GEMM here runs (kernels.h): "scalar", "avx2", "avx512", "avx512_bf16" or "amx".
 const char* gemm_kernels();

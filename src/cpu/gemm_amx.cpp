@@ -224,11 +224,15 @@ void run_weight_block(const uint16_t* w, int64_t ldw, const uint32_t* x, int64_t
 // C (m, n) = A·Bᵀ on weight tiles: A's m bf16 rows (lda apart, zero to a multiple of 16 rows and to lda) packed as
 // [m16 / 16][K32 / 2][16] dwords, B's rows (not transposed) read in place. k blocks of kc keep the packed rows in L2
 // (the partial Cᵀ of a block goes through scratch between them); the next 32 weight rows are prefetched meanwhile.
-void gemm_weight_tiles(const uint16_t* a, int64_t lda, int64_t m, const WeightMat& b, int64_t n, float* c,
-                       int64_t ldc) {
+void gemm_weight_tiles(const uint16_t* a, int64_t lda, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc,
+                       const uint32_t* packed) {
     const int64_t K = b.K, K32 = (K + 31) / 32 * 32, m16 = (m + 15) / 16 * 16, group = K32 / 2 * 16;
-    auto* x = reinterpret_cast<uint32_t*>(thread_scratch(0, m16 * K32 / 2));
-    pack_b_bf16_avx512(WeightMat{a, DType::kBF16, false, lda, K32}, m16, 0, K32, x);
+    const uint32_t* x = packed;
+    if (x == nullptr) {
+        auto* own = reinterpret_cast<uint32_t*>(thread_scratch(0, m16 * K32 / 2));
+        pack_b_bf16_avx512(WeightMat{a, DType::kBF16, false, lda, K32}, m16, 0, K32, own);
+        x = own;
+    }
     const int64_t kmax = std::max<int64_t>(512, kAmxWeightTileRowBytes / (m16 * 2) / 32 * 32);
     const int64_t kblocks = (K32 + kmax - 1) / kmax, kc = (K32 / 32 + kblocks - 1) / kblocks * 32;
     const int64_t nb32 = (n + 31) / 32, mb32 = (m16 + 31) / 32;
@@ -284,8 +288,9 @@ void gemm_weight_tiles(const uint16_t* a, int64_t lda, int64_t m, const WeightMa
 // Packed tiles above kAmxWeightTileMaxRows rows or for transposed weights (config.h): column blocks of kAmxPackCols
 // outermost, each k block of it packed once (the next block prefetched into L2 meanwhile), then row blocks of mc rows,
 // column pairs (their packed panels in L1/L2) over the 32-row blocks of A; C from memory past the first k block.
-void gemm_bf16_amx(const uint16_t* a, int64_t lda, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc) {
-    if (!b.transposed && m <= kAmxWeightTileMaxRows) return gemm_weight_tiles(a, lda, m, b, n, c, ldc);
+void gemm_bf16_amx(const uint16_t* a, int64_t lda, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc,
+                   const uint32_t* packed) {
+    if (!b.transposed && m <= kAmxWeightTileMaxRows) return gemm_weight_tiles(a, lda, m, b, n, c, ldc, packed);
     const int64_t K32 = (b.K + 31) / 32 * 32;
     const int64_t nc = n < kAmxPackCols ? n : kAmxPackCols;
     // kc: all of K when the packed block fits, else K in equal parts of whole tiles

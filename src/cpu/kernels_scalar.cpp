@@ -24,7 +24,8 @@ void micro_bf16_avx512(const uint16_t* a, int64_t lda, int mr, int64_t k0, const
                        int64_t ldc, int nr, bool acc);
 // The AMX kernels (gemm_amx.cpp), called only after the checks below.
 bool amx_request_tile_state();
-void gemm_bf16_amx(const uint16_t* a, int64_t lda, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc);
+void gemm_bf16_amx(const uint16_t* a, int64_t lda, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc,
+                   const uint32_t* packed);
 
 namespace {
 
