@@ -32,10 +32,10 @@ const Case kCases[] = {{1, 37, 300, false},  {2, 41, 77, false},   {3, 40, 70, f
                        {3, 40, 70, true},    {17, 55, 130, true},  {53, 71, 129, true},   {100, 600, 33, true}};
 // The AMX path's blocks: 32-row and 32-column blocks with 16-wide halves (31, 33, 48 rows; 15, 16, 129, 257 columns),
 // several 512-k blocks with tails of whole 32-k tiles and of pairs (1025, 1100, 2048), both layouts.
-const Case kAmxCases[] = {{100, 300, 1100, false}, {77, 130, 1025, true},   {33, 129, 40, false}, {48, 16, 32, false},
-                          {31, 15, 31, false},     {200, 257, 2048, false}, {6, 300, 700, true},  {64, 200, 256, false},
-                          {29, 32, 513, false},    {53, 71, 129, true},   {420, 70, 2100, false},
-                          {150, 70, 5000, false}};
+const Case kAmxCases[] = {{100, 300, 1100, false}, {77, 130, 1025, true},  {33, 129, 40, false},
+                          {48, 16, 32, false},     {31, 15, 31, false},    {200, 257, 2048, false},
+                          {6, 300, 700, true},     {64, 200, 256, false},  {29, 32, 513, false},
+                          {53, 71, 129, true},     {420, 70, 2100, false}, {150, 70, 5000, false}};
 
 // Where the AMX tests cannot run: null when they can.
 const char* amx_skip() {

@@ -53,9 +53,9 @@ struct KernelTable {
     // The whole bf16 x bf16 GEMM of a task on AMX-BF16 tiles (null but in the amx table, which has no micro_bf16):
     // C (m, n) = A·Bᵀ over all of b.K, A from rows_bf16 with lda a multiple of 32 and its rows readable up to a
     // multiple of 16 (their outputs are dropped); packed: A's rows already packed for the weight tiles by pack_b_bf16
-    // as (m16, K32) bf16 rows, or null. Each element sums TDPBF16PS's k pairs in order, 32 k per instruction from k = 0, through f32
-    // partial sums that are stored and reloaded exactly (gemm_amx.cpp), so its bits depend on (K, layout) only: the
-    // same for the packed tiles and the weight tiles, any blocking, any task.
+    // as (m16, K32) bf16 rows, or null. Each element sums TDPBF16PS's k pairs in order, 32 k per instruction from k =
+    // 0, through f32 partial sums that are stored and reloaded exactly (gemm_amx.cpp), so its bits depend on (K,
+    // layout) only: the same for the packed tiles and the weight tiles, any blocking, any task.
     void (*gemm_bf16)(const uint16_t* a, int64_t lda, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc,
                       const uint32_t* packed);
     // Tables with gemm_bf16: bf16 x bf16 tasks of at least this many rows take it instead of the streaming kernel
