@@ -5,7 +5,7 @@
 # here by `GGML_MARCH=sapphirerapids bash bench/peers/ggml.sh --help` and carried as .peers/cpu). Logs, JSON and the
 # tables go to $OUT; a summary table at the end.
 # Usage: bash scripts/gpu/cpu_host_check.sh [--steps build,test,scaling,sbs]
-# Env: OUT, BUDGET_S (560), SCALING_TOKENS (512,1024), SBS_THREADS (16), SBS_TOKENS (1,8,64,512,1024), SBS_SECONDS (1)
+# Env: OUT, BUDGET_S (560), SCALING_TOKENS (512,1024), SCALING_EXTRA (moex bench options), SBS_THREADS (16), SBS_TOKENS (1,8,64,512,1024), SBS_SECONDS (1)
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT" || exit 1
@@ -38,7 +38,7 @@ fi
 want test && ctest_step cpu-tests 200 "$OUT/test.log" -L cpu -LE install -j 16
 if want scaling; then
     if box scaling 240 "$OUT/scaling.log" env MOEX="$BUILD/moex" KERNELS=default BACKENDS=grouped_mm \
-        TOKENS="${SCALING_TOKENS:-512,1024}" OUT="$OUT/scaling.jsonl" EXTRA="--case-seconds 0.5 --reps 3" \
+        TOKENS="${SCALING_TOKENS:-512,1024}" OUT="$OUT/scaling.jsonl" EXTRA="${SCALING_EXTRA:---case-seconds 3 --reps 3}" \
         bash bench/cpu_scaling.sh; then
         sed -n '/^|/,$p' "$OUT/scaling.log" >"$OUT/scaling.md"
         record scaling PASS "$(grep -c '^| ' "$OUT/scaling.md") table lines"

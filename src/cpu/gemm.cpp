@@ -1,6 +1,8 @@
 // The GEMM driver: kernel choice by row count, cache blocking of the packed path, and dense_gemm for the benchmark.
 #include "src/cpu/gemm.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -209,10 +211,37 @@ void dense_gemm(const float* A, const void* B, DType b_dtype, float* C, int64_t 
     const bool wide = path == GemmPath::kAmx && tm * ((N + kAmxTaskCols - 1) / kAmxTaskCols) >= threads;
     const int64_t nb = stream ? 64 : wide ? kAmxTaskCols : pack_block(false).nc;
     const int64_t tn = (N + nb - 1) / nb;
+    // AMX: each row block converted once for all its column tasks (as the experts path prepares each expert's rows),
+    // in chunks of 64 rows so that every thread converts.
+    std::vector<AmxRows> prepared;
+    thread_local FloatBuffer buf;
+    if (path == GemmPath::kAmx) {
+        const int64_t lda = amx_lda(K), block_floats = ((kMc + 15) / 16 * 16 + 16) * lda / 2, chunk = 64;
+        auto* a16 = reinterpret_cast<uint16_t*>(buf.get(tm * block_floats));
+        const int64_t chunks = (M + chunk - 1) / chunk;
+        std::atomic<bool> bf16_values{true};
+        parallel_for(chunks, threads, [&](int64_t j) {
+            const int64_t c0 = j * chunk, c1 = std::min(M, c0 + chunk);
+            for (int64_t i = c0 * tm / M; i < tm; ++i) {  // the row blocks [r0, r1) this chunk overlaps
+                const int64_t r0 = M * i / tm, r1 = M * (i + 1) / tm;
+                if (r0 >= c1) break;
+                if (r1 <= c0) continue;
+                const int64_t s0 = std::max(c0, r0), s1 = std::min(c1, r1);
+                uint16_t* dst = a16 + i * block_floats * 2 + (s0 - r0) * lda;
+                if (!kernels().rows_bf16(rows.data() + s0, s1 - s0, K, dst, lda)) bf16_values = false;
+                if (s1 == r1)
+                    std::memset(dst + (s1 - s0) * lda, 0,
+                                size_t(((r1 - r0 + 15) / 16 * 16 + 16 - (r1 - r0)) * lda) * 2);
+            }
+        });
+        if (bf16_values)
+            for (int64_t i = 0; i < tm; ++i) prepared.push_back(AmxRows{a16 + i * block_floats * 2, lda, nullptr});
+    }
     parallel_for(tm * tn, threads, [&](int64_t task) {
         const int64_t i = task / tn, r0 = M * i / tm, r1 = M * (i + 1) / tm;
         const int64_t n0 = (task % tn) * nb, n = N - n0 < nb ? N - n0 : nb;
-        gemm_rows(rows.data() + r0, r1 - r0, b.from_row(n0), n, C + r0 * N + n0, N);
+        gemm_rows(rows.data() + r0, r1 - r0, b.from_row(n0), n, C + r0 * N + n0, N, false,
+                  prepared.empty() ? nullptr : &prepared[size_t(i)]);
     });
 }
 
