@@ -103,7 +103,7 @@ def test_cuda_backend_without_backward_says_which_have_one(gen):
     def copy_of_eager(x, ids, w, up, down, ub, db, out, layout, stream):
         out.copy_(moex_experts.experts(x, ids, w, up, down, backend="eager"))
 
-    moex_experts.register_backend("py_no_backward_cuda", copy_of_eager)
+    moex_experts.register_backend("py_no_backward_cuda", copy_of_eager, ["cuda"])
     (x, ids, w, up, down, _, _), _ = make_problem(4, 32, 16, 4, 2, torch.float32, "cuda", gen)
     x.requires_grad_(True)
     out = moex_experts.experts(x, ids, w, up, down, backend="py_no_backward_cuda")
