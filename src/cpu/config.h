@@ -57,10 +57,12 @@ inline constexpr int64_t kAmxWeightTileMaxRows = 384;
 // Weight tiles keep A's packed rows of one k block within this many bytes (L2), the partial Cᵀ through scratch.
 inline constexpr int64_t kAmxWeightTileRowBytes = 1 << 20;
 // From this many rows a bf16 x bf16 task runs on the AMX tiles rather than the streaming GEMV (the amx table's
-// gemm_bf16_from_rows): one full A tile. Measured on a 16-core AMX Xeon (bench/RESULTS.md C4): from 16 rows instead
-// of 25, mixtral T = 48-64 (12-16 rows an expert) -7 to -27% and qwen3 T = 256 -13% at 16 and 2 threads; from 8 or 4
-// rows the tiles lose (mixtral T = 32, 8 rows: +21% at both thread counts).
-inline constexpr int64_t kAmxFromRows = 16;
+// gemm_bf16_from_rows). With the packed tiles alone, 16 (one full A tile; bench/RESULTS.md C4: 8 or 4 rows lost to the
+// GEMV, +21% at mixtral T = 32, the packing being the cost); since the weight tiles read the weights in place, 8:
+// dev Xeon, 2 threads, alternated twice (RESULTS T3): mixtral-8x7b T = 64 168-171 -> 128-130 ms, T = 32 140-147 ->
+// 122, qwen3-30b-a3b T = 256 76-88 -> 55, decode (T = 1, 8) unchanged; from 4 within the noise of 8, from 2 mixtral
+// T = 8 +10%, from 1 every decode point +15-25%.
+inline constexpr int64_t kAmxFromRows = 8;
 // Columns of an AMX task: its rows are converted to bf16 once per task (gemm.cpp), so four of the 128-column blocks
 // the tiles run share one conversion. With A rows an odd number of cache lines apart (gemm.cpp amx_lda), measured on
 // a 16-core AMX Xeon (bench/RESULTS.md Q3): dense bf16 2048³ on one core 473 -> 852 GFLOP/s; grouped_mm mixtral
