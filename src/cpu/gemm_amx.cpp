@@ -77,6 +77,28 @@ void begin_tiles() {
     asm volatile("ldtilecfg %0" ::"m"(cfg));  // the whole struct as the operand (the intrinsic names 8 bytes of it)
 }
 
+// The tiles of one MT x NT block of C (tmm 2h + v) zeroed, and one k step into them: A tiles (16 rows of 32 k, sa
+// bytes apart) at a0 and a1, B tiles (16 k pairs of 64 bytes) at b0 and b1, 4 TDPBF16PS.
+template <int MT, int NT>
+inline void zero_tiles() {
+    _tile_zero(0);
+    if constexpr (NT == 2) _tile_zero(1);
+    if constexpr (MT == 2) _tile_zero(2);
+    if constexpr (MT == 2 && NT == 2) _tile_zero(3);
+}
+
+template <int MT, int NT>
+inline void tile_step(const void* a0, const void* a1, int64_t sa, const void* b0, const void* b1) {
+    _tile_loadd(4, a0, sa);
+    if constexpr (MT == 2) _tile_loadd(5, a1, sa);
+    _tile_loadd(6, b0, kTileBytes);
+    if constexpr (NT == 2) _tile_loadd(7, b1, kTileBytes);
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (NT == 2) _tile_dpbf16ps(1, 4, 7);
+    if constexpr (MT == 2) _tile_dpbf16ps(2, 5, 6);
+    if constexpr (MT == 2 && NT == 2) _tile_dpbf16ps(3, 5, 7);
+}
+
 // Where C tile (h, v) of a block lives while the tiles run: in place when it is whole, else in a zero-padded copy.
 struct CPlace {
     float* mem;  // c itself or buf
@@ -119,22 +141,12 @@ void tile_block(const uint16_t* a, int64_t lda, const uint32_t* b0, int64_t pane
         if constexpr (MT == 2) _tile_loadd(2, t[2].mem, t[2].stride);
         if constexpr (MT == 2 && NT == 2) _tile_loadd(3, t[3].mem, t[3].stride);
     } else {
-        _tile_zero(0);
-        if constexpr (NT == 2) _tile_zero(1);
-        if constexpr (MT == 2) _tile_zero(2);
-        if constexpr (MT == 2 && NT == 2) _tile_zero(3);
+        zero_tiles<MT, NT>();
     }
     for (int64_t s = 0; s < steps; ++s) {
         const uint16_t* as = a + s * 2 * kPairsPerTile;
         const uint32_t* bs = b0 + s * kPairsPerTile * 16;
-        _tile_loadd(4, as, sa);
-        if constexpr (MT == 2) _tile_loadd(5, as + 16 * lda, sa);
-        _tile_loadd(6, bs, kTileBytes);
-        if constexpr (NT == 2) _tile_loadd(7, bs + panel, kTileBytes);
-        _tile_dpbf16ps(0, 4, 6);
-        if constexpr (NT == 2) _tile_dpbf16ps(1, 4, 7);
-        if constexpr (MT == 2) _tile_dpbf16ps(2, 5, 6);
-        if constexpr (MT == 2 && NT == 2) _tile_dpbf16ps(3, 5, 7);
+        tile_step<MT, NT>(as, as + 16 * lda, sa, bs, bs + panel);
     }
     _tile_stored(0, t[0].mem, t[0].stride);
     if constexpr (NT == 2) _tile_stored(1, t[1].mem, t[1].stride);
@@ -169,10 +181,7 @@ void weight_block(const uint16_t* w, int64_t ldw, const uint32_t* x, int64_t gro
         if constexpr (MT == 2) _tile_loadd(2, acc_in + 512, kTileBytes);
         if constexpr (MT == 2 && NT == 2) _tile_loadd(3, acc_in + 768, kTileBytes);
     } else {
-        _tile_zero(0);
-        if constexpr (NT == 2) _tile_zero(1);
-        if constexpr (MT == 2) _tile_zero(2);
-        if constexpr (MT == 2 && NT == 2) _tile_zero(3);
+        zero_tiles<MT, NT>();
     }
     const int64_t sw = ldw * 2;
     for (int64_t s = 0; s < steps; ++s) {
@@ -183,14 +192,7 @@ void weight_block(const uint16_t* w, int64_t ldw, const uint32_t* x, int64_t gro
         if (prefetch)
             for (int i = 0; i < 16 * MT; ++i) _mm_prefetch(prefetch + i * pf_stride + s * 64, _MM_HINT_T0);
         const uint32_t* xs = x + s * kPairsPerTile * 16;
-        _tile_loadd(4, ws, st);
-        if constexpr (MT == 2) _tile_loadd(5, ws + 16 * (from_tail ? 32 : ldw), st);
-        _tile_loadd(6, xs, kTileBytes);
-        if constexpr (NT == 2) _tile_loadd(7, xs + group, kTileBytes);
-        _tile_dpbf16ps(0, 4, 6);
-        if constexpr (NT == 2) _tile_dpbf16ps(1, 4, 7);
-        if constexpr (MT == 2) _tile_dpbf16ps(2, 5, 6);
-        if constexpr (MT == 2 && NT == 2) _tile_dpbf16ps(3, 5, 7);
+        tile_step<MT, NT>(ws, ws + 16 * (from_tail ? 32 : ldw), st, xs, xs + group);
     }
     _tile_stored(0, acc_out, kTileBytes);
     if constexpr (NT == 2) _tile_stored(1, acc_out + 256, kTileBytes);
@@ -221,8 +223,8 @@ void run_weight_block(const uint16_t* w, int64_t ldw, const uint32_t* x, int64_t
     weight_block<1, 1>(w, ldw, x, group, steps, tail, acc_in, acc_out, pf, pf_stride);
 }
 
-// C (m, n) = A·Bᵀ on weight tiles: A's m bf16 rows (lda apart, zero to a multiple of 16 rows and to lda) packed as
-// [m16 / 16][K32 / 2][16] dwords, B's rows (not transposed) read in place. k blocks of kc keep the packed rows in L2
+// C (m, n) = A·Bᵀ on weight tiles: A's m bf16 rows (lda apart, readable to a multiple of 16 rows, zero to lda) packed
+// as [m16 / 16][K32 / 2][16] dwords, B's rows (not transposed) read in place. k blocks of kc keep the packed rows in L2
 // (the partial Cᵀ of a block goes through scratch between them); the next 32 weight rows are prefetched meanwhile.
 void gemm_weight_tiles(const uint16_t* a, int64_t lda, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc,
                        const uint32_t* packed) {
