@@ -75,7 +75,7 @@ std::vector<AmxRows> prepare_groups(const CpuProblem& cp, const Routing& r, int6
         const int64_t m = r.begin[size_t(g) + 1] - r.begin[size_t(g)], e = r.expert[size_t(g)];
         if (gemm_path(kernels(), m, up ? cp.up(e) : cp.down(e), r.gemv) != GemmPath::kAmx) continue;
         offset[size_t(g - g0)] = total;
-        total += amx_rows_floats(m, K);
+        total += amx_rows_floats(m, K, !cp.p->is_transposed);
     }
     if (total == 0) return prepared;
     float* base = buf.get(total);

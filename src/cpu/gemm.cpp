@@ -119,6 +119,10 @@ int64_t amx_lda(int64_t K) {
     return (k32 / 32) % 2 == 0 ? k32 + 32 : k32;
 }
 
+// AMX rows of A held for m rows: whole 16-row tiles, and 16 more, so that a row block of a group starting off a
+// multiple of 16 still reads its last tile inside the buffer (gemm.h AmxRows).
+int64_t amx_padded_rows(int64_t m) { return (m + 15) / 16 * 16 + 16; }
+
 }  // namespace
 
 GemmPath gemm_path(const KernelTable& kt, int64_t m, const WeightMat& b, bool gemv) {
@@ -128,15 +132,15 @@ GemmPath gemm_path(const KernelTable& kt, int64_t m, const WeightMat& b, bool ge
     return GemmPath::kAmx;
 }
 
-int64_t amx_rows_floats(int64_t m, int64_t K) {
-    const int64_t rows = (m + 15) / 16 * 16 + 16, K32 = (K + 31) / 32 * 32;
-    return (rows * amx_lda(K) / 2 + 15) / 16 * 16 + rows * K32 / 2;
+int64_t amx_rows_floats(int64_t m, int64_t K, bool pack) {
+    const int64_t rows = amx_padded_rows(m), K32 = (K + 31) / 32 * 32;
+    return (rows * amx_lda(K) / 2 + 15) / 16 * 16 + (pack ? rows * K32 / 2 : 0);
 }
 
 bool amx_prepare_rows(const KernelTable& kt, const float* const* a, int64_t m, int64_t K, bool pack, float* buf,
                       AmxRows& out) {
     if (kt.gemm_bf16 == nullptr) return false;
-    const int64_t lda = amx_lda(K), rows = (m + 15) / 16 * 16 + 16, K32 = (K + 31) / 32 * 32;
+    const int64_t lda = amx_lda(K), rows = amx_padded_rows(m), K32 = (K + 31) / 32 * 32;
     auto* a16 = reinterpret_cast<uint16_t*>(buf);
     if (!kt.rows_bf16(a, m, K, a16, lda)) return false;
     std::memset(a16 + m * lda, 0, size_t((rows - m) * lda) * 2);
@@ -157,23 +161,24 @@ void gemm_rows(const float* const* a, int64_t m, const WeightMat& b, int64_t n, 
 void gemm_rows(const KernelTable& kt, const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c,
                int64_t ldc, bool gemv, const AmxRows* prepared) {
     const GemmPath path = gemm_path(kt, m, b, gemv);
-    if (path == GemmPath::kAmx && prepared != nullptr && prepared->a16 != nullptr)
-        return kt.gemm_bf16(prepared->a16, prepared->lda, m, b, n, c, ldc, b.transposed ? nullptr : prepared->packed);
+    if (path == GemmPath::kAmx) {  // bf16 x bf16-valued rows: the rows prepared by the caller, or here (slot 6)
+        AmxRows own;
+        const AmxRows* r = prepared != nullptr && prepared->a16 != nullptr ? prepared : nullptr;
+        if (r == nullptr &&
+            amx_prepare_rows(kt, a, m, b.K, false, thread_scratch(6, amx_rows_floats(m, b.K, false)), own))
+            r = &own;
+        if (r != nullptr) return kt.gemm_bf16(r->a16, r->lda, m, b, n, c, ldc, b.transposed ? nullptr : r->packed);
+    }
     const auto stream = [&] {
         return b.quantized() ? stream_quantized(kt, a, m, b, n, c, ldc) : kt.stream(a, m, b, n, c, ldc);
     };
     if (path == GemmPath::kStream) return stream();
     const PackBlock blk = pack_block(b.transposed, kt.mr);
-    const bool amx = path == GemmPath::kAmx;
-    if ((kt.micro_bf16 || amx) && b.dtype == DType::kBF16 && !b.quantized()) {  // bf16 x bf16: A's values all bf16
-        // AMX reads A in whole tiles: 32 k by 16 rows, so K and m are padded with zeros to those.
-        const int64_t lda = amx ? amx_lda(b.K) : (b.K + 1) / 2 * 2, rows = amx ? (m + 15) / 16 * 16 : m;
-        auto* a16 = reinterpret_cast<uint16_t*>(thread_scratch(6, rows * lda / 2));
+    if (path != GemmPath::kAmx && kt.micro_bf16 && b.dtype == DType::kBF16 && !b.quantized()) {
+        // bf16 x bf16: A's values all bf16 (checked while converting them)
+        const int64_t lda = (b.K + 1) / 2 * 2;
+        auto* a16 = reinterpret_cast<uint16_t*>(thread_scratch(6, m * lda / 2));
         if (kt.rows_bf16(a, m, b.K, a16, lda)) {
-            if (amx) {
-                std::memset(a16 + m * lda, 0, size_t((rows - m) * lda) * 2);
-                return kt.gemm_bf16(a16, lda, m, b, n, c, ldc, nullptr);
-            }
             for (int64_t n0 = 0; n0 < n; n0 += blk.nc) {
                 const int64_t nb = n - n0 < blk.nc ? n - n0 : blk.nc;
                 gemm_bf16(kt, a16, lda, m, b.from_row(n0), nb, blk.kc, c + n0, ldc);
@@ -216,7 +221,7 @@ void dense_gemm(const float* A, const void* B, DType b_dtype, float* C, int64_t 
     std::vector<AmxRows> prepared;
     thread_local FloatBuffer buf;
     if (path == GemmPath::kAmx) {
-        const int64_t lda = amx_lda(K), block_floats = ((kMc + 15) / 16 * 16 + 16) * lda / 2, chunk = 64;
+        const int64_t lda = amx_lda(K), block_floats = amx_padded_rows(kMc) * lda / 2, chunk = 64;
         auto* a16 = reinterpret_cast<uint16_t*>(buf.get(tm * block_floats));
         const int64_t chunks = (M + chunk - 1) / chunk;
         std::atomic<bool> bf16_values{true};
@@ -230,8 +235,7 @@ void dense_gemm(const float* A, const void* B, DType b_dtype, float* C, int64_t 
                 uint16_t* dst = a16 + i * block_floats * 2 + (s0 - r0) * lda;
                 if (!kernels().rows_bf16(rows.data() + s0, s1 - s0, K, dst, lda)) bf16_values = false;
                 if (s1 == r1)
-                    std::memset(dst + (s1 - s0) * lda, 0,
-                                size_t(((r1 - r0 + 15) / 16 * 16 + 16 - (r1 - r0)) * lda) * 2);
+                    std::memset(dst + (s1 - s0) * lda, 0, size_t((amx_padded_rows(r1 - r0) - (r1 - r0)) * lda) * 2);
             }
         });
         if (bf16_values)

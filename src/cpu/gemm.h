@@ -26,8 +26,8 @@ struct AmxRows {
     int64_t lda = 0;
     const uint32_t* packed = nullptr;
 };
-// Floats of 64-byte aligned scratch amx_prepare_rows needs for m rows of K.
-int64_t amx_rows_floats(int64_t m, int64_t K);
+// Floats of 64-byte aligned scratch amx_prepare_rows needs for m rows of K (pack: room for the weight tiles' operand).
+int64_t amx_rows_floats(int64_t m, int64_t K, bool pack);
 // Prepares m rows of K for kt's AMX GEMM in buf (packed for the weight tiles when `pack` and m is within their rows);
 // false where kt has no AMX GEMM or some value of the rows is not a bf16 (the calls then take the f32 kernels).
 bool amx_prepare_rows(const KernelTable& kt, const float* const* a, int64_t m, int64_t K, bool pack, float* buf,
