@@ -670,14 +670,15 @@ TEST(QuantKernels, Fp4Bf16DotMatchesFloat64AndIsRowCountInvariant) {
     }
 }
 
-// MOEX_CPU_KERNELS=scalar|avx2|avx512 (tests/CMakeLists.txt runs the quantized and determinism tests under each)
+// MOEX_CPU_KERNELS=scalar|avx2|avx512|avx512_bf16|amx (tests/CMakeLists.txt runs the quantized and determinism tests under each)
 // really selects that table where the CPU has it.
 TEST(QuantKernels, ForcedTableIsTheOneThatRuns) {
     const char* force = std::getenv("MOEX_CPU_KERNELS");
     if (force == nullptr) GTEST_SKIP() << "MOEX_CPU_KERNELS is not set";
     const std::string want = force;
-    const bool here =
-        want == "scalar" || (want == "avx2" && cpu::avx2_kernels()) || (want == "avx512" && cpu::avx512_kernels());
+    const bool here = want == "scalar" || (want == "avx2" && cpu::avx2_kernels()) ||
+                      (want == "avx512" && cpu::avx512_kernels()) ||
+                      (want == "avx512_bf16" && cpu::avx512_bf16_kernels()) || (want == "amx" && cpu::amx_kernels());
     if (!here) GTEST_SKIP() << "this CPU has no " << want;
     EXPECT_EQ(std::string(cpu::kernels().name), want);
 }

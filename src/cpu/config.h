@@ -63,8 +63,18 @@ inline constexpr int64_t kAmxWeightTileRowBytes = 1 << 20;
 // 122, qwen3-30b-a3b T = 256 76-88 -> 55, decode (T = 1, 8) unchanged; from 4 within the noise of 8, from 2 mixtral
 // T = 8 +10%, from 1 every decode point +15-25%.
 inline constexpr int64_t kAmxFromRows = 8;
+// The same for quantized weights (the amx table's gemm_quant_from_rows): below it the AVX-512 GEMV decodes the codes
+// in registers (stream_fused). Not yet measured: the bf16 value.
+inline constexpr int64_t kAmxQuantFromRows = 8;
+// bf16 rows that AMX tiles load (A's rows, decoded weight panels): a multiple of 32 k (whole tiles) and an odd number
+// of 64-byte lines apart, so the 16 rows of a tile load fall in 16 different L1 sets (a power-of-two stride, K = 2048
+// or 4096, put them all in one 12-way set).
+inline int64_t amx_lda(int64_t K) {
+    const int64_t k32 = (K + 31) / 32 * 32;
+    return (k32 / 32) % 2 == 0 ? k32 + 32 : k32;
+}
 // Columns of an AMX task: its rows are converted to bf16 once per task (gemm.cpp), so four of the 128-column blocks
-// the tiles run share one conversion. With A rows an odd number of cache lines apart (gemm.cpp amx_lda), measured on
+// the tiles run share one conversion. With A rows an odd number of cache lines apart (amx_lda above), measured on
 // a 16-core AMX Xeon (bench/RESULTS.md Q3): dense bf16 2048³ on one core 473 -> 852 GFLOP/s; grouped_mm mixtral
 // T = 512 -12% (16 threads), T = 256 -12% (2 threads), T = 64 and qwen3 T = 64-256 within +-3%.
 inline constexpr int64_t kAmxTaskCols = 512;

@@ -23,6 +23,15 @@ struct Task {
 // (gemm.h gemm_path), never on the thread count.
 // A run of groups of one expert with equal rows (batched_mm's single rows) is ordered column block first, so the
 // block of weights they share is read from DRAM once and then from L2.
+// The path of a group's GEMMs (gemm.h gemm_path), except that quantized weights against rows that are neither bf16
+// values nor rounded activations (an f32 model's, weight-only) stay on the f32 kernels, as gemm_rows will find.
+GemmPath group_path(const CpuProblem& cp, int64_t m, const WeightMat& w, bool gemv) {
+    const GemmPath path = gemm_path(kernels(), m, w, gemv);
+    if (path == GemmPath::kAmx && w.quantized() && cp.dtype != DType::kBF16 && cp.act_quant == ActivationQuant::kNone)
+        return choose_path(m, w.transposed);
+    return path;
+}
+
 std::vector<Task> make_tasks(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, bool up) {
     const bool tr = cp.p->is_transposed;
     const int64_t width = up ? cp.I : cp.H;
@@ -32,7 +41,7 @@ std::vector<Task> make_tasks(const CpuProblem& cp, const Routing& r, int64_t g0,
     for (int64_t run = g0, end = g0; run < g1; run = end) {
         for (end = run + 1; end < g1 && same(end, run);) ++end;
         const int64_t m = rows(run), e = r.expert[size_t(run)];
-        const GemmPath path = gemm_path(kernels(), m, up ? cp.up(e) : cp.down(e), r.gemv);
+        const GemmPath path = group_path(cp, m, up ? cp.up(e) : cp.down(e), r.gemv);
         const int64_t blocks = path == GemmPath::kPacked || path == GemmPath::kAmx ? (m + kMc - 1) / kMc : 1;
         const int64_t cols = up ? up_task_cols(path, tr, cp.I) : down_task_cols(path, tr, cp.H);
         for (int64_t i = 0; i < blocks; ++i)
@@ -51,14 +60,14 @@ const float** row_pointers(int64_t m) {
     return ptrs.data();
 }
 
-// Row i of group g's input: the token's x (up) or the row's h (down).
+// Row i of group g's input: the token's x (up) or the row's h (down), and its scales when it was rounded.
 struct RowSource {
     const float* base;
     int64_t ld;
     bool by_token;  // x by routed token (up, unless the rows were quantized per routed row)
-    const float* row(const Routing& r, int64_t i) const {
-        return base + (by_token ? int64_t(r.token[size_t(i)]) : i) * ld;
-    }
+    ActScales scales;
+    int64_t index(const Routing& r, int64_t i) const { return by_token ? int64_t(r.token[size_t(i)]) : i; }
+    const float* row(const Routing& r, int64_t i) const { return base + index(r, i) * ld; }
 };
 
 // The AMX path's rows of each group, prepared once for all its tasks (gemm.h AmxRows: one conversion to bf16, one
@@ -73,9 +82,9 @@ std::vector<AmxRows> prepare_groups(const CpuProblem& cp, const Routing& r, int6
     int64_t total = 0;
     for (int64_t g = g0; g < g1; ++g) {
         const int64_t m = r.begin[size_t(g) + 1] - r.begin[size_t(g)], e = r.expert[size_t(g)];
-        if (gemm_path(kernels(), m, up ? cp.up(e) : cp.down(e), r.gemv) != GemmPath::kAmx) continue;
+        if (group_path(cp, m, up ? cp.up(e) : cp.down(e), r.gemv) != GemmPath::kAmx) continue;
         offset[size_t(g - g0)] = total;
-        total += amx_rows_floats(m, K, !cp.p->is_transposed);
+        total += amx_rows_floats(m, K, !cp.p->is_transposed, src.scales.groups);
     }
     if (total == 0) return prepared;
     float* base = buf.get(total);
@@ -84,7 +93,15 @@ std::vector<AmxRows> prepare_groups(const CpuProblem& cp, const Routing& r, int6
         const int64_t b = r.begin[size_t(g0 + i)], m = r.begin[size_t(g0 + i) + 1] - b;
         const float** a = row_pointers(m);
         for (int64_t j = 0; j < m; ++j) a[j] = src.row(r, b + j);
-        amx_prepare_rows(kernels(), a, m, K, !cp.p->is_transposed, base + offset[size_t(i)], prepared[size_t(i)]);
+        const float** s = nullptr;  // rounded rows: their scales
+        if (src.scales.s != nullptr) {
+            thread_local std::vector<const float*> ptrs;
+            ptrs.resize(size_t(m));
+            for (int64_t j = 0; j < m; ++j) ptrs[size_t(j)] = src.scales.row(src.index(r, b + j));
+            s = ptrs.data();
+        }
+        amx_prepare_rows(kernels(), a, m, K, !cp.p->is_transposed, base + offset[size_t(i)], prepared[size_t(i)], s,
+                         src.scales.group);
     });
     return prepared;
 }
@@ -95,7 +112,9 @@ AmxRows task_rows(const std::vector<AmxRows>& prepared, const Routing& r, int64_
     AmxRows p = prepared[size_t(t.g - g0)];
     const int64_t b = r.begin[size_t(t.g)];
     if (p.a16 == nullptr || (t.r0 == b && t.r1 == r.begin[size_t(t.g) + 1])) return p;
-    return AmxRows{p.a16 + (t.r0 - b) * p.lda, p.lda, nullptr};
+    RowScales s = p.scales;
+    if (s.s != nullptr) s.s += t.r0 - b;
+    return AmxRows{p.a16 + (t.r0 - b) * p.lda, p.lda, nullptr, s};
 }
 
 void up_task(const CpuProblem& cp, const Routing& r, const Task& t, const RowSource& src, const AmxRows& prep,
@@ -139,7 +158,7 @@ void down_task(const CpuProblem& cp, const Routing& r, const Task& t, const floa
 
 void run_up(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, const UpInput& in, float* h, int threads) {
     const std::vector<Task> tasks = make_tasks(cp, r, g0, g1, true);
-    const RowSource src{in.x, cp.H, !in.by_row};
+    const RowSource src{in.x, cp.H, !in.by_row, in.scales};
     const std::vector<AmxRows> prepared = prepare_groups(cp, r, g0, g1, true, src, threads);
     parallel_for(int64_t(tasks.size()), threads, [&](int64_t i) {
         const Task& t = tasks[size_t(i)];
@@ -147,9 +166,10 @@ void run_up(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, cons
     });
 }
 
-void run_down(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, const float* h, float* y, int threads) {
+void run_down(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, const float* h, const ActScales& hs,
+              float* y, int threads) {
     const std::vector<Task> tasks = make_tasks(cp, r, g0, g1, false);
-    const std::vector<AmxRows> prepared = prepare_groups(cp, r, g0, g1, false, RowSource{h, cp.I, false}, threads);
+    const std::vector<AmxRows> prepared = prepare_groups(cp, r, g0, g1, false, RowSource{h, cp.I, false, hs}, threads);
     parallel_for(int64_t(tasks.size()), threads, [&](int64_t i) {
         const Task& t = tasks[size_t(i)];
         down_task(cp, r, t, h, task_rows(prepared, r, g0, t), y);

@@ -16,7 +16,7 @@ enum class Schedule { kEager, kBatched, kGrouped };
 // Scratch of the calling thread, kept between calls: a pass needs up to 512 MiB (config.h token_chunk), and
 // first-touch page faults on a fresh buffer would cost ~5% of a prefill call.
 struct Workspace {
-    FloatBuffer x, xq, h, y;
+    FloatBuffer x, xq, xs, h, hs, y;  // xs, hs: the scales of quantized activations
 };
 
 void run(const ExpertsProblem& p, const TensorView& out, int num_threads, Schedule schedule) {
@@ -34,15 +34,22 @@ void run(const ExpertsProblem& p, const TensorView& out, int num_threads, Schedu
                               ? route_by_slot(cp, t0, t1, batched_group_rows(cp.p->is_transposed))
                               : route_by_expert(cp, t0, t1);
         // Quantized activations: the up projection reads x rounded per token (dynamic) or per routed row (static).
-        UpInput in{x, false};
-        if (cp.act_quant == ActivationQuant::kDynamic) in.x = quantize_tokens(cp, x, t1 - t0, ws.xq, threads);
-        if (cp.act_quant == ActivationQuant::kStatic) in = {quantize_routed_rows(cp, r, x, ws.xq, threads), true};
+        UpInput in{x, false, {}};
+        if (cp.act_quant == ActivationQuant::kDynamic) {
+            const ActRows q = quantize_tokens(cp, x, t1 - t0, ws.xq, ws.xs, threads);
+            in = {q.x, false, q.scales};
+        }
+        if (cp.act_quant == ActivationQuant::kStatic) {
+            const ActRows q = quantize_routed_rows(cp, r, x, ws.xq, ws.xs, threads);
+            in = {q.x, true, q.scales};
+        }
         float* h = ws.h.get(r.rows() * cp.I);  // (rows, I)
         float* y = ws.y.get(r.rows() * cp.H);  // (rows, H)
         auto pass = [&](int64_t g0, int64_t g1) {
             run_up(cp, r, g0, g1, in, h, threads);
-            if (cp.act_quant != ActivationQuant::kNone) quantize_hidden(cp, r, g0, g1, h, threads);
-            run_down(cp, r, g0, g1, h, y, threads);
+            ActScales hs;
+            if (cp.act_quant != ActivationQuant::kNone) hs = quantize_hidden(cp, r, g0, g1, h, ws.hs, threads);
+            run_down(cp, r, g0, g1, h, hs, y, threads);
         };
         if (schedule == Schedule::kEager) {
             for (int64_t g = 0; g < r.groups(); ++g) pass(g, g + 1);

@@ -112,13 +112,6 @@ void stream_quantized(const KernelTable& kt, const float* const* a, int64_t m, c
     }
 }
 
-// AMX rows of A: a multiple of 32 k (whole tiles) and an odd number of 64-byte lines apart, so the 16 rows of a tile
-// load fall in 16 different L1 sets (a power-of-two stride, K = 2048 or 4096, put them all in one 12-way set).
-int64_t amx_lda(int64_t K) {
-    const int64_t k32 = (K + 31) / 32 * 32;
-    return (k32 / 32) % 2 == 0 ? k32 + 32 : k32;
-}
-
 // AMX rows of A held for m rows: whole 16-row tiles, and 16 more, so that a row block of a group starting off a
 // multiple of 16 still reads its last tile inside the buffer (gemm.h AmxRows).
 int64_t amx_padded_rows(int64_t m) { return (m + 15) / 16 * 16 + 16; }
@@ -127,26 +120,42 @@ int64_t amx_padded_rows(int64_t m) { return (m + 15) / 16 * 16 + 16; }
 
 GemmPath gemm_path(const KernelTable& kt, int64_t m, const WeightMat& b, bool gemv) {
     const GemmPath path = choose_path(m, b.transposed);
-    if (kt.gemm_bf16 == nullptr || b.dtype != DType::kBF16 || b.quantized()) return path;
-    if (path == GemmPath::kStream) return !gemv && m >= kt.gemm_bf16_from_rows ? GemmPath::kAmx : path;
+    int64_t from_rows;
+    if (b.quantized()) {
+        if (kt.gemm_quant == nullptr || amx_quant_block(b, 0) == 0) return path;
+        from_rows = kt.gemm_quant_from_rows;
+    } else {
+        if (kt.gemm_bf16 == nullptr || b.dtype != DType::kBF16) return path;
+        from_rows = kt.gemm_bf16_from_rows;
+    }
+    if (path == GemmPath::kStream) return !gemv && m >= from_rows ? GemmPath::kAmx : path;
     return GemmPath::kAmx;
 }
 
-int64_t amx_rows_floats(int64_t m, int64_t K, bool pack) {
+int64_t amx_rows_floats(int64_t m, int64_t K, bool pack, int64_t groups) {
     const int64_t rows = amx_padded_rows(m), K32 = (K + 31) / 32 * 32;
-    return (rows * amx_lda(K) / 2 + 15) / 16 * 16 + (pack ? rows * K32 / 2 : 0);
+    return (rows * amx_lda(K) / 2 + 15) / 16 * 16 + (pack ? rows * K32 / 2 : 0) + (groups * rows + 15) / 16 * 16;
 }
 
 bool amx_prepare_rows(const KernelTable& kt, const float* const* a, int64_t m, int64_t K, bool pack, float* buf,
-                      AmxRows& out) {
-    if (kt.gemm_bf16 == nullptr) return false;
+                      AmxRows& out, const float* const* scales, int64_t group) {
+    if (kt.gemm_bf16 == nullptr || (scales != nullptr && kt.rows_codes == nullptr)) return false;
     const int64_t lda = amx_lda(K), rows = amx_padded_rows(m), K32 = (K + 31) / 32 * 32;
+    const int64_t packed_at = (rows * lda / 2 + 15) / 16 * 16, scales_at = packed_at + (pack ? rows * K32 / 2 : 0);
     auto* a16 = reinterpret_cast<uint16_t*>(buf);
-    if (!kt.rows_bf16(a, m, K, a16, lda)) return false;
+    out = AmxRows{a16, lda, nullptr, {}};
+    if (scales != nullptr) {  // rounded activations: codes, and the scales as [group][row] (zero past m)
+        const int64_t groups = (K + group - 1) / group;
+        float* st = buf + scales_at;
+        std::fill(st, st + groups * rows, 0.0f);
+        if (!kt.rows_codes(a, scales, m, K, group, a16, lda, st, rows)) return false;
+        out.scales = RowScales{st, rows, group};
+    } else if (!kt.rows_bf16(a, m, K, a16, lda)) {
+        return false;
+    }
     std::memset(a16 + m * lda, 0, size_t((rows - m) * lda) * 2);
-    out = AmxRows{a16, lda, nullptr};
     if (pack && m <= kAmxWeightTileMaxRows) {  // the weight tiles' operand (gemm_amx.cpp): 16-row groups of k pairs
-        auto* packed = reinterpret_cast<uint32_t*>(buf + (rows * lda / 2 + 15) / 16 * 16);
+        auto* packed = reinterpret_cast<uint32_t*>(buf + packed_at);
         kt.pack_b_bf16(WeightMat{a16, DType::kBF16, false, lda, K32}, (m + 15) / 16 * 16, 0, K32, packed);
         out.packed = packed;
     }
@@ -161,13 +170,16 @@ void gemm_rows(const float* const* a, int64_t m, const WeightMat& b, int64_t n, 
 void gemm_rows(const KernelTable& kt, const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c,
                int64_t ldc, bool gemv, const AmxRows* prepared) {
     const GemmPath path = gemm_path(kt, m, b, gemv);
-    if (path == GemmPath::kAmx) {  // bf16 x bf16-valued rows: the rows prepared by the caller, or here (slot 6)
+    if (path == GemmPath::kAmx) {  // bf16-valued or coded rows: prepared by the caller, or here (slot 6, bf16 only)
         AmxRows own;
         const AmxRows* r = prepared != nullptr && prepared->a16 != nullptr ? prepared : nullptr;
         if (r == nullptr &&
             amx_prepare_rows(kt, a, m, b.K, false, thread_scratch(6, amx_rows_floats(m, b.K, false)), own))
             r = &own;
-        if (r != nullptr) return kt.gemm_bf16(r->a16, r->lda, m, b, n, c, ldc, b.transposed ? nullptr : r->packed);
+        if (r != nullptr && b.quantized() && amx_quant_block(b, r->scales.group) > 0)
+            return kt.gemm_quant(r->a16, r->lda, m, r->scales, b, n, c, ldc, r->packed);
+        if (r != nullptr && !b.quantized() && r->scales.s == nullptr)
+            return kt.gemm_bf16(r->a16, r->lda, m, b, n, c, ldc, b.transposed ? nullptr : r->packed);
     }
     const auto stream = [&] {
         return b.quantized() ? stream_quantized(kt, a, m, b, n, c, ldc) : kt.stream(a, m, b, n, c, ldc);

@@ -13,25 +13,30 @@ namespace moex::cpu {
 struct KernelTable;
 
 // The path gemm_rows takes on table kt: config.h choose_path (m and the layout), except that bf16 x bf16 tasks of
-// kt.gemm_bf16_from_rows rows or more take the table's AMX GEMM (kAmx) where it has one. gemv: stay on
+// kt.gemm_bf16_from_rows rows or more, and quantized tasks of kt.gemm_quant_from_rows rows or more whose scale blocks
+// fit the tiles (kernels.h amx_quant_block), take the table's AMX GEMMs (kAmx) where it has them. gemv: stay on
 // the streaming kernel up to stream_max_rows (batched_mm, whose every output is its pair's lone GEMV).
 GemmPath gemm_path(const KernelTable& kt, int64_t m, const WeightMat& b, bool gemv = false);
 
 // A task's rows as the AMX GEMM reads them, prepared once for every call that shares them (an expert's rows: each
 // column block of its up and down projections) instead of once per call: bf16 rows lda apart, readable up to 16 rows
 // past the next multiple of 16 (rows past m are computed, never stored), and for the weight tiles the same rows packed
-// as their B operand (null: the call packs them). a16 null: not prepared.
+// as their B operand (null: the call packs them). Rounded activations (act_quant.h) are held as their e4m3 codes and
+// per-(row, group) scales (for quantized weights only: the bf16 GEMM takes no scales). a16 null: not prepared.
 struct AmxRows {
     const uint16_t* a16 = nullptr;
     int64_t lda = 0;
     const uint32_t* packed = nullptr;
+    RowScales scales;
 };
-// Floats of 64-byte aligned scratch amx_prepare_rows needs for m rows of K (pack: room for the weight tiles' operand).
-int64_t amx_rows_floats(int64_t m, int64_t K, bool pack);
-// Prepares m rows of K for kt's AMX GEMM in buf (packed for the weight tiles when `pack` and m is within their rows);
-// false where kt has no AMX GEMM or some value of the rows is not a bf16 (the calls then take the f32 kernels).
+// Floats of 64-byte aligned scratch amx_prepare_rows needs for m rows of K (pack: room for the weight tiles' operand;
+// groups: scale groups per row of rounded activations, 0 for none).
+int64_t amx_rows_floats(int64_t m, int64_t K, bool pack, int64_t groups = 0);
+// Prepares m rows of K for kt's AMX GEMMs in buf (packed for the weight tiles when `pack` and m is within their rows):
+// bf16 values, or with `scales` (row r's scales of `group` k values each: act_quant.h ActScales) codes and scales.
+// False where kt has no AMX GEMM or some value is neither (the calls then take the f32 kernels).
 bool amx_prepare_rows(const KernelTable& kt, const float* const* a, int64_t m, int64_t K, bool pack, float* buf,
-                      AmxRows& out);
+                      AmxRows& out, const float* const* scales = nullptr, int64_t group = 0);
 
 // C[r*ldc + c] = Σ_k a[r][k]·B(c, k) for r < m, c < n, K = b.K. Single-threaded (a task of the caller).
 // The path (gemm_path) depends on m, the weights' dtype and layout, and whether the rows hold bf16 values only:

@@ -39,6 +39,10 @@ struct KernelTable {
     // same bits for any row count. Returns false for what it does not cover (the caller dequantizes blocks instead);
     // null in tables without one.
     bool (*stream_fused)(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc);
+    // Activation rounding (act_quant.h), null in tables without one (the scalar loop runs): dst[i] = e4m3(divide ?
+    // src[i] / q : src[i] * q) * s for i < n, and the largest |src[i]| with NaNs ignored; the scalar codecs' bits.
+    void (*round_e4m3)(const float* src, float* dst, int64_t n, float q, bool divide, float s);
+    float (*abs_max)(const float* src, int64_t n);
     // Element-wise gate of one row: h[i] = round(f(g[i], u[i])) for i < n (gate.h says which f).
     void (*gate_row)(const GateOp& op, const float* g, const float* u, int64_t n, float* h);
     // bf16 B against A whose every value is a bf16 (vdpbf16ps; null in tables without AVX512_BF16). rows_bf16: A's
@@ -58,10 +62,37 @@ struct KernelTable {
     // layout) only: the same for the packed tiles and the weight tiles, any blocking, any task.
     void (*gemm_bf16)(const uint16_t* a, int64_t lda, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc,
                       const uint32_t* packed);
+    // Quantized B (rows layout) on AMX tiles (null but in the amx table): C (m, n) = A·Bᵀ with A's rows as gemm_bf16
+    // takes them, each either all bf16 values (rs.s null) or e4m3 codes whose values are code * scale (rs, from
+    // rows_codes). B's rows are decoded into bf16 panels inside the GEMM (FP8 codes, FP4 codes times their block
+    // scale: exact), and each k block of amx_quant_block(b, rs.group) is summed on the tiles from zero, then added
+    // into C's f32 sum times (weight scale x row scale): DeepGEMM's promotion (gemm_quant_amx.cpp). Each element's bits
+    // depend on (K, the scales' blocks) only: the same for any task or row split.
+    void (*gemm_quant)(const uint16_t* a, int64_t lda, int64_t m, const RowScales& rs, const WeightMat& b, int64_t n,
+                       float* c, int64_t ldc, const uint32_t* packed);
+    // Rounded activation rows (act_quant.h) taken apart for gemm_quant: dst[r * ldd + k] = a[r][k] / s[r][k / group] as
+    // a bf16 (zero past K up to ldd), st[g * ldst + r] = s[r][g]; false when some value is not exactly that code times
+    // its scale (the caller then runs the f32 kernels).
+    bool (*rows_codes)(const float* const* a, const float* const* s, int64_t m, int64_t K, int64_t group,
+                       uint16_t* dst, int64_t ldd, float* st, int64_t ldst);
     // Tables with gemm_bf16: bf16 x bf16 tasks of at least this many rows take it instead of the streaming kernel
     // (gemm.h gemm_path; rows past config.h stream_max_rows always do). MOEX_CPU_AMX_FROM_ROWS sets it for tuning.
     int64_t gemm_bf16_from_rows;
+    // Tables with gemm_quant: quantized tasks of at least this many rows take it (MOEX_CPU_AMX_QUANT_FROM_ROWS).
+    int64_t gemm_quant_from_rows;
 };
+
+// The k block of gemm_quant's promotion for quantized B against rows scaled per `row_group` k values (0: rows not
+// scaled): the weights' scale block along k (FP8; FP4's block scales are exact in the bf16 panels) or row_group,
+// whichever is shorter; b.K when one sum over all of K suffices (one scale along k), 0 when the blocks are not whole
+// 32-k tiles or do not nest (the f32 kernels then run).
+inline int64_t amx_quant_block(const WeightMat& b, int64_t row_group) {
+    const int64_t wk = b.q.format == QuantFormat::kFp8 && b.q.bk < b.K ? b.q.bk : b.K;
+    const int64_t rk = row_group > 0 && row_group < b.K ? row_group : b.K;
+    const int64_t pb = wk < rk ? wk : rk;
+    if (pb == b.K) return b.K;
+    return pb % 32 == 0 && (wk == b.K || wk % pb == 0) && (rk == b.K || rk % pb == 0) ? pb : 0;
+}
 
 const KernelTable& kernels();              // the best table for this CPU (or MOEX_CPU_KERNELS's)
 const KernelTable& scalar_kernels();       // portable (any CPU)

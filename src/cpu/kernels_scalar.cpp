@@ -22,10 +22,17 @@ bool rows_bf16_avx512(const float* const* a, int64_t m, int64_t K, uint16_t* dst
 void pack_b_bf16_avx512(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, uint32_t* dst);
 void micro_bf16_avx512(const uint16_t* a, int64_t lda, int mr, int64_t k0, const uint32_t* panel, int64_t kc, float* c,
                        int64_t ldc, int nr, bool acc);
+void round_e4m3_avx512(const float* src, float* dst, int64_t n, float q, bool divide, float s);  // act_quant_avx512.cpp
+float abs_max_avx512(const float* src, int64_t n);
 // The AMX kernels (gemm_amx.cpp), called only after the checks below.
 bool amx_request_tile_state();
 void gemm_bf16_amx(const uint16_t* a, int64_t lda, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc,
                    const uint32_t* packed);
+// The quantized AMX kernels (gemm_quant_amx.cpp), likewise.
+void gemm_quant_amx(const uint16_t* a, int64_t lda, int64_t m, const RowScales& rs, const WeightMat& b, int64_t n,
+                    float* c, int64_t ldc, const uint32_t* packed);
+bool rows_codes_amx(const float* const* a, const float* const* s, int64_t m, int64_t K, int64_t group, uint16_t* dst,
+                    int64_t ldd, float* st, int64_t ldst);
 
 namespace {
 
@@ -114,7 +121,8 @@ const KernelTable* avx2_kernels() {
 }
 
 // The AVX2 table with the AVX-512 f32 tile (12 x 32: the AVX2 tile's fma chains, so its bits), the AVX-512 decode
-// GEMV (two rows of B per zmm, each half the AVX2 dot kernel's lanes: its bits) and quantized decode GEMV.
+// GEMV (two rows of B per zmm, each half the AVX2 dot kernel's lanes: its bits), quantized decode GEMV and activation
+// rounding (the scalar codecs' bits).
 const KernelTable* avx512_kernels() {
 #if defined(__x86_64__) || defined(__i386__)
     static const bool ok = avx2_kernels() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -126,6 +134,7 @@ const KernelTable* avx512_kernels() {
         t.mr = 12, t.nr = 2 * kNr;
         t.stream = stream_avx512, t.micro = micro_avx512, t.micro_direct = micro_direct_avx512;
         t.stream_fused = stream_fused_avx512;
+        t.round_e4m3 = round_e4m3_avx512, t.abs_max = abs_max_avx512;
         return t;
     }();
     return ok ? &table : nullptr;
@@ -167,16 +176,20 @@ const char* amx_why_not() {
 #endif
 }
 
-// The AVX-512 table whose bf16 x bf16 GEMMs (bf16 weights, bf16-valued rows, kAmxFromRows rows or more) run on AMX
-// tiles; everything else (f32, f16, quantized, decode) is the avx512 table's.
+// The AVX-512 table whose bf16 x bf16 GEMMs (bf16 weights, bf16-valued rows, kAmxFromRows rows or more) and quantized
+// GEMMs (FP8 / FP4 weights against bf16-valued or rounded rows, kAmxQuantFromRows rows or more) run on AMX tiles;
+// everything else (f32, f16, decode) is the avx512 table's.
 const KernelTable* amx_kernels() {
     static const KernelTable table = [] {
         KernelTable t = avx512_kernels() ? *avx512_kernels() : kScalarTable;
         t.name = "amx";
         t.rows_bf16 = rows_bf16_avx512, t.pack_b_bf16 = pack_b_bf16_avx512, t.gemm_bf16 = gemm_bf16_amx;
-        t.gemm_bf16_from_rows = kAmxFromRows;
+        t.gemm_quant = gemm_quant_amx, t.rows_codes = rows_codes_amx;
+        t.gemm_bf16_from_rows = kAmxFromRows, t.gemm_quant_from_rows = kAmxQuantFromRows;
         if (const char* env = std::getenv("MOEX_CPU_AMX_FROM_ROWS"); env != nullptr && std::atoll(env) > 0)
             t.gemm_bf16_from_rows = std::atoll(env);
+        if (const char* env = std::getenv("MOEX_CPU_AMX_QUANT_FROM_ROWS"); env != nullptr && std::atoll(env) > 0)
+            t.gemm_quant_from_rows = std::atoll(env);
         return t;
     }();
     return amx_why_not() == nullptr ? &table : nullptr;

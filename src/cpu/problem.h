@@ -41,6 +41,13 @@ struct WeightMat {
     }
 };
 
+// Per-row scales of A's rows along k, for a GEMM on their codes (the AMX GEMM of quantized weights: kernels.h):
+// row r's values in k group g (k in [g * group, (g + 1) * group)) are code * s[g * ld + r]. s null: no scales.
+struct RowScales {
+    const float* s = nullptr;
+    int64_t ld = 0, group = 0;
+};
+
 // How gate_up's output columns map to (gate, up) pairs; see gate.h.
 enum class GateLayout : uint8_t { kConcatenated, kInterleaved, kUngated };
 

@@ -1,0 +1,241 @@
+// Quantized weights on AMX tiles (the amx table's gemm_quant and rows_codes): FP8 e4m3 and FP4 e2m1 rows decoded
+// into bf16 panels inside the GEMM, the weight tiles' loop (amx_tiles.h), and DeepGEMM's promotion of each scale
+// block's f32 sums into C.
+//
+// Why it is exact where it can be: every e4m3 code is a bf16 (4 significant bits, exponents 2^-9..2^8), and an e2m1
+// code times its block scale (a power of two for MXFP4, an e4m3 for NVFP4) has at most 6 significant bits, so the
+// panels hold FP8 codes and FP4 weights without rounding. An FP8 weight's f32 block scale is not a bf16 factor, so it
+// stays out of the tiles: each k block of the scales (128 for DeepSeek's 128 x 128) is summed on the tiles from zero,
+// stored, and added into C's f32 sum times (weight scale x row scale), as DeepGEMM promotes its FP8 WGMMA sums in
+// registers. Activations rounded to e4m3 (act_quant.h) enter the tiles as their codes, their per-(row, group) scales
+// joining the weight scale in that product (rows_codes checks code x scale == value for every value).
+// Bits: each output is Σ over scale blocks in k order of fma(block sum, w_scale·row_scale, C), the block sum being
+// TDPBF16PS's pair order from zero, so a task's rows, columns and k blocking never change them. Against the f32 path
+// (dequantized weights, f32 fma chains) the sums differ by their rounding only: within the dtypes' tolerances of the
+// float64 reference (tests/test_quant.cpp). As everywhere on AMX, bf16 subnormals read as zero: an FP4 weight below
+// 2^-126 (an MXFP4 scale of 2^-126 or 2^-127) contributes nothing.
+// GCC 12 warns inside its own AVX-512 intrinsics (their _mm512_undefined_* operands), not about this file.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "moex/dtype.h"
+#include "src/cpu/amx_tiles.h"
+#include "src/cpu/config.h"
+#include "src/cpu/dequant.h"
+#include "src/cpu/kernels.h"
+#include "src/cpu/parallel.h"
+
+namespace moex::cpu {
+
+void pack_b_bf16_avx512(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, uint32_t* dst);  // gemm_avx512.cpp
+
+namespace {
+
+using namespace amx;
+
+// The decoders' constants, loaded once per decode_rows call (function-local statics in the loop cost a guard check
+// per 32 codes).
+struct Decoder {
+    __m512i subnormal;  // bf16 of m x 2^-9 at index m < 8
+    __m512 e2m1;        // the 16 signed e2m1 values
+    Decoder() {
+        alignas(64) uint16_t t[32] = {};
+        for (int m = 0; m < 8; ++m) t[m] = f32_to_bf16(float(m) / 512.0f);
+        subnormal = _mm512_load_si512(t);
+        alignas(64) float v[16];
+        for (int c = 0; c < 16; ++c) v[c] = fp4e2m1_to_f32(uint8_t(c));
+        e2m1 = _mm512_load_ps(v);
+    }
+};
+
+// 32 e4m3 codes as 32 bf16, exactly: sign-extended to 16 bits, the exponent rebased (+120) and the mantissa moved
+// up for normal codes; zero and the subnormal codes (exponent 0: m x 2^-9) from a table; NaN (0x7f) as a quiet NaN.
+inline __m512i e4m3_to_bf16(const Decoder& d, __m256i bytes) {
+    const __m512i w = _mm512_cvtepi8_epi16(bytes);
+    __m512i t = _mm512_and_si512(_mm512_slli_epi16(w, 4), _mm512_set1_epi16(short(0x87f0)));
+    t = _mm512_add_epi16(t, _mm512_set1_epi16(0x3c00));
+    const __mmask32 sub = _mm512_testn_epi16_mask(w, _mm512_set1_epi16(0x78));
+    t = _mm512_mask_permutexvar_epi16(t, sub, w, d.subnormal);  // index: the low 5 bits, the mantissa here
+    t = _mm512_ternarylogic_epi32(t, w, _mm512_set1_epi16(short(0x8000)), 0xf8);  // t | (w & sign)
+    const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7f));
+    return _mm512_mask_mov_epi16(t, _mm512_cmpeq_epi16_mask(mag, _mm512_set1_epi16(0x7f)), _mm512_set1_epi16(0x7fc0));
+}
+
+// 32 e2m1 codes (16 bytes, the even k in each low nibble) times the f32 scale of their byte (lane i: byte i) as 16
+// dwords of bf16 k pairs (even k low): the products are exact in f32 and in bf16 (their low 16 bits are zero).
+inline __m512i e2m1_to_bf16_pairs(const Decoder& d, __m128i bytes, __m512 scale) {
+    const __m512i x = _mm512_cvtepu8_epi32(bytes);
+    const __m512 lo = _mm512_mul_ps(_mm512_permutexvar_ps(x, d.e2m1), scale);  // index: the low 4 bits
+    const __m512 hi = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(x, 4), d.e2m1), scale);
+    return _mm512_ternarylogic_epi32(_mm512_castps_si512(hi), _mm512_srli_epi32(_mm512_castps_si512(lo), 16),
+                                     _mm512_set1_epi32(int(0xffff0000u)), 0xec);  // (hi & high half) | lo >> 16
+}
+
+// An FP4 row's block scale (MXFP4: ue8m0 per 32, NVFP4: e4m3 per 16; no global) for logical row n and element k.
+inline float fp4_block_scale(const WeightQuant& q, int64_t n, int64_t k) {
+    const uint8_t s = static_cast<const uint8_t*>(q.scale)[(q.row0 + n) * q.ld + k / q.bk];
+    return q.scale_dtype == DType::kFP8E4M3 ? fp8e4m3_to_f32(s) : ue8m0_to_f32(s);
+}
+
+// Rows [n0, n0 + rows) of quantized B (n rows in all) over k in [k0, k0 + kc) (k0 a multiple of 32) as bf16 rows ldd
+// apart: FP8 codes, FP4 codes times their block scale; zero past K, and the rows past `rows` up to a multiple of 16
+// zero. Each row's codes are prefetched two rows ahead (into the next block's rows at the end): the rows are far
+// apart in memory, and without it each 64-byte line waited on DRAM (measured: 28% of the kernel's samples on the
+// instruction after the load).
+void decode_rows(const WeightMat& b, int64_t n0, int rows, int64_t n, int64_t k0, int64_t kc, uint16_t* dst,
+                 int64_t ldd) {
+    const Decoder d;
+    const int64_t kv = std::min(kc, b.K - k0);  // valid k of the block
+    const int rows16 = (rows + 15) / 16 * 16;
+    for (int i = rows; i < rows16; ++i) std::memset(dst + i * ldd, 0, size_t(kc) * 2);
+    const auto* base = static_cast<const uint8_t*>(b.data);
+    const bool fp8 = b.q.format == QuantFormat::kFp8;
+    const int64_t row_bytes = fp8 ? kv : kv / 2, at = fp8 ? k0 : k0 / 2;
+    for (int i = 0; i < rows; ++i) {
+        const int64_t r = n0 + i;
+        if (r + 2 < n)
+            for (int64_t off = 0; off < row_bytes; off += 64) _mm_prefetch(base + (r + 2) * b.ld + at + off, _MM_HINT_T0);
+        const uint8_t* row = base + r * b.ld;
+        uint16_t* out = dst + i * ldd;
+        for (int64_t k = 0; k < kc; k += 32) {
+            const int64_t valid = std::clamp<int64_t>(kv - k, 0, 32);
+            __m512i v;
+            if (fp8) {
+                const __mmask32 mk = valid >= 32 ? ~__mmask32(0) : __mmask32((1u << valid) - 1);
+                v = e4m3_to_bf16(d, _mm256_maskz_loadu_epi8(mk, row + k0 + k));
+            } else {
+                const int64_t bytes = valid / 2;  // K is a multiple of the scale block: 32 or 16 (even)
+                const __mmask16 mk = bytes >= 16 ? __mmask16(0xffff) : __mmask16((1u << bytes) - 1);
+                const float s0 = valid > 0 ? fp4_block_scale(b.q, r, k0 + k) : 0.0f;
+                const float s1 = b.q.bk == 16 ? (valid > 16 ? fp4_block_scale(b.q, r, k0 + k + 16) : 0.0f) : s0;
+                const __m512 scale = _mm512_insertf32x8(_mm512_set1_ps(s0), _mm256_set1_ps(s1), 1);
+                v = e2m1_to_bf16_pairs(d, _mm_maskz_loadu_epi8(mk, row + (k0 + k) / 2), scale);
+            }
+            _mm512_storeu_si512(out + k, v);
+        }
+    }
+}
+
+// The f32 factors of weight rows [n0, n0 + rows)' sums over the scale blocks at k0 + j * pb, j < nkb, as wf[j * 32 + i]
+// (zero for i >= rows): the FP8 block scales (rows of one scale row computed once), FP4's global (NVFP4) or 1.
+void weight_factors(const WeightMat& b, int64_t n0, int rows, int64_t k0, int64_t pb, int64_t nkb, float* wf) {
+    for (int i = 0; i < 32; ++i) {
+        const bool same = i > 0 && i < rows && (b.q.row0 + n0 + i) / b.q.bn == (b.q.row0 + n0 + i - 1) / b.q.bn;
+        for (int64_t j = 0; j < nkb; ++j) {
+            float& f = wf[j * 32 + i];
+            if (i >= rows)
+                f = 0.0f;
+            else if (b.q.format != QuantFormat::kFp8)
+                f = b.q.global;
+            else
+                f = same ? wf[j * 32 + i - 1] : quant_scale(b.q, n0 + i, k0 + j * pb);
+        }
+    }
+}
+
+// The promotion of one block of Cᵀ tiles (out: tile 2h + v, weight rows 16h.., A rows 16v..): acc += out x (wf[row] x
+// row scale of each A row), or = when first. wrows / arows: the block's weight and A rows (tiles that exist).
+void promote(const float* out, float* acc, const float* wf, const float* rs, int wrows, int arows, bool first) {
+    for (int h = 0; h < 2 && 16 * h < wrows; ++h)
+        for (int v = 0; v < 2 && 16 * v < arows; ++v) {
+            const __m512 fa = rs ? _mm512_loadu_ps(rs + 16 * v) : _mm512_set1_ps(1.0f);
+            const float* o = out + (2 * h + v) * 256;
+            float* a = acc + (2 * h + v) * 256;
+            for (int i = 0; i < 16; ++i) {
+                const __m512 f = _mm512_mul_ps(fa, _mm512_set1_ps(wf[16 * h + i]));
+                const __m512 t = _mm512_load_ps(o + i * 16);
+                _mm512_store_ps(a + i * 16, first ? _mm512_mul_ps(t, f) : _mm512_fmadd_ps(t, f, _mm512_load_ps(a + i * 16)));
+            }
+        }
+}
+
+}  // namespace
+
+void gemm_quant_amx(const uint16_t* a, int64_t lda, int64_t m, const RowScales& rs, const WeightMat& b, int64_t n,
+                    float* c, int64_t ldc, const uint32_t* packed) {
+    const int64_t K = b.K, K32 = (K + 31) / 32 * 32, m16 = (m + 15) / 16 * 16, group = K32 / 2 * 16;
+    const int64_t pb = amx_quant_block(b, rs.s ? rs.group : 0);  // gemm_rows calls only where it is > 0
+    const bool whole = pb >= K;                                   // one factor per output, at the end
+    const uint32_t* x = packed;
+    if (x == nullptr) {
+        auto* own = reinterpret_cast<uint32_t*>(thread_scratch(0, m16 * K32 / 2));
+        pack_b_bf16_avx512(WeightMat{a, DType::kBF16, false, lda, K32}, m16, 0, K32, own);
+        x = own;
+    }
+    // k blocks keep the packed rows within kAmxWeightTileRowBytes (L2); promoted blocks hold whole scale blocks
+    int64_t kmax = std::max<int64_t>(512, kAmxWeightTileRowBytes / (m16 * 2) / 32 * 32);
+    const int64_t unit = whole ? 32 : pb;
+    kmax = std::max(unit, kmax / unit * unit);
+    const int64_t kblocks = (K32 + kmax - 1) / kmax, kc = ((K32 + unit - 1) / unit + kblocks - 1) / kblocks * unit;
+    const int64_t ldw = amx_lda(kc), nb32 = (n + 31) / 32, mb32 = (m16 + 31) / 32;
+    auto* w = reinterpret_cast<uint16_t*>(thread_scratch(5, 32 * ldw / 2));
+    float* acc = kblocks > 1 ? thread_scratch(4, nb32 * mb32 * 1024) : nullptr;
+    const int64_t nkb = whole ? 1 : kc / pb;
+    float* wf = thread_scratch(7, nkb * 32);  // [scale block][32 weight rows]
+    alignas(64) float out[1024], own_acc[1024];
+    begin_tiles();
+    for (int64_t k0 = 0; k0 < K32; k0 += kc) {
+        const int64_t kcc = std::min(kc, K32 - k0);
+        const bool last_k = k0 + kcc >= K32;
+        for (int64_t nr = 0; nr < n; nr += 32) {
+            const int wrows = int(std::min<int64_t>(n - nr, 32));
+            decode_rows(b, nr, wrows, n, k0, kcc, w, ldw);
+            weight_factors(b, nr, wrows, k0, pb, nkb, wf);
+            for (int64_t tr = 0; tr < m16; tr += 32) {
+                const int arows = int(std::min<int64_t>(m16 - tr, 32));
+                float* blk = acc ? acc + ((nr / 32) * mb32 + tr / 32) * 1024 : own_acc;
+                const uint32_t* xs = x + (tr / 16) * group + k0 / 2 * 16;
+                if (whole) {  // raw sums across k blocks through blk; the factor once at the end
+                    run_weight_block(w, ldw, xs, group, kcc / 32, nullptr, k0 > 0 ? blk : nullptr, last_k ? out : blk,
+                                     nullptr, 0, wrows, arows);
+                    if (!last_k) continue;
+                    promote(out, own_acc, wf, rs.s ? rs.s + tr : nullptr, wrows, arows, true);
+                    store_transposed(own_acc, c + tr * ldc + nr, ldc, int(std::min<int64_t>(m - tr, 32)), wrows);
+                    continue;
+                }
+                for (int64_t j = 0; j * pb < kcc; ++j) {  // each scale block from zero, then promoted
+                    const int64_t kk = j * pb, steps = std::min(pb, kcc - kk) / 32;
+                    run_weight_block(w + kk, ldw, xs + kk / 2 * 16, group, steps, nullptr, nullptr, out, nullptr, 0,
+                                     wrows, arows);
+                    const float* r = rs.s ? rs.s + ((k0 + kk) / rs.group) * rs.ld + tr : nullptr;
+                    promote(out, blk, wf + j * 32, r, wrows, arows, k0 + kk == 0);
+                }
+                if (last_k) store_transposed(blk, c + tr * ldc + nr, ldc, int(std::min<int64_t>(m - tr, 32)), wrows);
+            }
+        }
+    }
+    _tile_release();
+}
+
+bool rows_codes_amx(const float* const* a, const float* const* s, int64_t m, int64_t K, int64_t group, uint16_t* dst,
+                    int64_t ldd, float* st, int64_t ldst) {
+    const int64_t groups = (K + group - 1) / group;
+    for (int64_t r = 0; r < m; ++r) {
+        uint16_t* out = dst + r * ldd;
+        __mmask16 bad = 0;
+        for (int64_t g = 0; g < groups; ++g) {
+            const float scale = s[r][g];
+            st[g * ldst + r] = scale;
+            const __m512 sv = _mm512_set1_ps(scale), inv = _mm512_set1_ps(scale != 0.0f ? 1.0f / scale : 0.0f);
+            for (int64_t k = g * group; k < std::min(K, (g + 1) * group); k += 16) {
+                const int64_t left = std::min<int64_t>(std::min(K, (g + 1) * group) - k, 16);
+                const __mmask16 mk = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
+                const __m512 v = _mm512_maskz_loadu_ps(mk, a[r] + k);
+                const auto code = (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(v, inv));  // RNE: the code, if v is one
+                const __m512 back = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(code), 16)), sv);
+                bad |= _mm512_mask_cmp_ps_mask(mk, back, v, _CMP_NEQ_UQ);
+                _mm256_mask_storeu_epi16(out + k, mk, code);
+            }
+        }
+        for (int64_t k = K; k < ldd; ++k) out[k] = 0;
+        if (bad != 0) return false;
+    }
+    return true;
+}
+
+}  // namespace moex::cpu
