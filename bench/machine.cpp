@@ -231,10 +231,10 @@ CpuInfo probe_cpu() {
     const std::string_view table = cpu::gemm_kernels();
     // What the experts' GEMMs run in each table (src/cpu/kernels.h).
     const char* what =
-        table == "amx" ? "prefill: AMX-BF16 tiles (32x32 f32 blocks of TDPBF16PS) for bf16 and for FP8 / FP4 "
-                         "weights decoded into bf16 panels (scale blocks promoted in f32), AVX-512F 12x32 f32 tile "
-                         "otherwise; decode: AVX-512 GEMV (AVX2 for 1 row and transposed weights), AVX-512 "
-                         "quantized GEMV"
+        table == "amx"           ? "prefill: AMX-BF16 tiles (32x32 f32 blocks of TDPBF16PS) for bf16 and for FP8 / FP4 "
+                                   "weights decoded into bf16 panels (scale blocks promoted in f32), AVX-512F 12x32 f32 tile "
+                                   "otherwise; decode: AVX-512 GEMV (AVX2 for 1 row and transposed weights), AVX-512 "
+                                   "quantized GEMV"
         : table == "avx512_bf16" ? "prefill: vdpbf16ps 12x32 tile for bf16, AVX-512F 12x32 f32 tile otherwise; decode: "
                                    "AVX-512 GEMV (AVX2 for 1 row and transposed weights), AVX-512 quantized GEMV"
         : table == "avx512"      ? "prefill: AVX-512F 12x32 f32 tile; decode: AVX-512 GEMV (AVX2 for 1 row and "

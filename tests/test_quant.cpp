@@ -670,8 +670,8 @@ TEST(QuantKernels, Fp4Bf16DotMatchesFloat64AndIsRowCountInvariant) {
     }
 }
 
-// MOEX_CPU_KERNELS=scalar|avx2|avx512|avx512_bf16|amx (tests/CMakeLists.txt runs the quantized and determinism tests under each)
-// really selects that table where the CPU has it.
+// MOEX_CPU_KERNELS=scalar|avx2|avx512|avx512_bf16|amx (tests/CMakeLists.txt runs the quantized and determinism tests
+// under each) really selects that table where the CPU has it.
 TEST(QuantKernels, ForcedTableIsTheOneThatRuns) {
     const char* force = std::getenv("MOEX_CPU_KERNELS");
     if (force == nullptr) GTEST_SKIP() << "MOEX_CPU_KERNELS is not set";

@@ -118,11 +118,11 @@ TEST(QuantAmx, GemmNearFloat64AndTheSameBitsForAnySplit) {
         for (const Shape sh : {Shape{37, 160, 384}, Shape{8, 70, 256}, Shape{100, 96, 512}, Shape{400, 64, 2048}})
             for (bool rounded : {false, true}) {
                 if (rounded && s.format != QuantFormat::kFp8) continue;
-                const QuantWeights qw(256, sh.K, s, 11);  // I = 128: the down projection divides too
+                const QuantWeights qw(256, sh.K, s, 11);      // I = 128: the down projection divides too
                 const cpu::WeightMat w = qw.w().from_row(3);  // off the scale rows' boundaries
                 const int64_t n = std::min<int64_t>(sh.n, 150), m = sh.m;
-                const std::string what = std::string(s.name) + " m=" + std::to_string(m) + " K=" +
-                                         std::to_string(sh.K) + (rounded ? " rounded" : " bf16");
+                const std::string what = std::string(s.name) + " m=" + std::to_string(m) +
+                                         " K=" + std::to_string(sh.K) + (rounded ? " rounded" : " bf16");
                 ASSERT_EQ(cpu::gemm_path(t, m, w), cpu::GemmPath::kAmx) << what;
                 const Rows x(m, sh.K, rounded ? (s.block_k > 0 ? s.block_k : sh.K) : 0, 5);
                 const std::vector<float> c = amx_gemm(x, 0, m, w, n);
@@ -154,8 +154,9 @@ TEST(QuantAmx, GemmNearFloat64AndTheSameBitsForAnySplit) {
             }
 }
 
-// Every e4m3 code (NaN included) and every e2m1 code times MXFP4 / NVFP4 scales comes out of the panels exactly: one-hot
-// rows pick single weights, so C holds the decoded values themselves (a -0 weight as +0: a sum with +0 products).
+// Every e4m3 code (NaN included) and every e2m1 code times MXFP4 / NVFP4 scales comes out of the panels exactly:
+// one-hot rows pick single weights, so C holds the decoded values themselves (a -0 weight as +0: a sum with +0
+// products).
 TEST(QuantAmx, EveryCodeDecodesExactly) {
     if (amx_skip()) GTEST_SKIP() << amx_skip();
     const int64_t K = 256, m = K, n = 3;
@@ -177,7 +178,8 @@ TEST(QuantAmx, EveryCodeDecodesExactly) {
     std::vector<float> c = amx_gemm(x, 0, m, w, n);
     for (int64_t j = 0; j < n; ++j)
         for (int64_t k = 0; k < K; ++k) {
-            const float want = j == n - 1 ? std::numeric_limits<float>::quiet_NaN() : fp8e4m3_to_f32(codes[size_t(j * K + k)]);
+            const float want =
+                j == n - 1 ? std::numeric_limits<float>::quiet_NaN() : fp8e4m3_to_f32(codes[size_t(j * K + k)]);
             const float got = c[size_t(k * n + j)];
             EXPECT_TRUE(std::isnan(want) ? std::isnan(got) : got == want)  // -0 codes sum to +0, as in every path
                 << "e4m3 code " << int(codes[size_t(j * K + k)]) << ": " << got << " want " << want;
@@ -186,7 +188,7 @@ TEST(QuantAmx, EveryCodeDecodesExactly) {
     std::vector<uint8_t> packed(size_t(n * K / 2)), ue8m0(size_t(n * K / 32)), e4m3(size_t(n * K / 16));
     for (int64_t j = 0; j < n; ++j)
         for (int64_t i = 0; i < K / 2; ++i) packed[size_t(j * K / 2 + i)] = uint8_t((i + 5 * j) & 255);
-    for (size_t i = 0; i < ue8m0.size(); ++i) ue8m0[i] = uint8_t(100 + 3 * i);  // 2^-27 .. 2^43
+    for (size_t i = 0; i < ue8m0.size(); ++i) ue8m0[i] = uint8_t(100 + 3 * i);        // 2^-27 .. 2^43
     for (size_t i = 0; i < e4m3.size(); ++i) e4m3[i] = uint8_t(1 + (11 * i) % 0x7e);  // subnormal to 448
     for (bool nv : {false, true}) {
         cpu::WeightMat f{packed.data(), DType::kU8, false, K / 2, K};
@@ -200,8 +202,8 @@ TEST(QuantAmx, EveryCodeDecodesExactly) {
                 const float scale = nv ? fp8e4m3_to_f32(e4m3[size_t(j * K / 16 + k / 16)])
                                        : ue8m0_to_f32(ue8m0[size_t(j * K / 32 + k / 32)]);
                 const float want = code * scale * f.q.global, got = c[size_t(k * n + j)];  // code x scale is exact
-                EXPECT_EQ(got, want) << (nv ? "nvfp4" : "mxfp4") << " j=" << j << " k=" << k
-                                                          << ": " << got << " want " << want;
+                EXPECT_EQ(got, want) << (nv ? "nvfp4" : "mxfp4") << " j=" << j << " k=" << k << ": " << got << " want "
+                                     << want;
             }
     }
 }
@@ -232,9 +234,22 @@ TEST(QuantAmx, RowsThatAreNotCodesTimesScalesAreRefused) {
 TEST(QuantAmx, VectorRoundingIsTheScalarCodecs) {
     const cpu::KernelTable* t = cpu::avx512_kernels();
     if (t == nullptr || t->round_e4m3 == nullptr) GTEST_SKIP() << "this CPU has no AVX-512";
-    std::vector<float> v = {0.0f, -0.0f, 1e-40f, -1e-40f, 448.0f, 449.0f, 464.0f, 465.0f, 480.0f, 1e30f, -1e30f,
-                            std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                            std::numeric_limits<float>::quiet_NaN(), std::exp2(-6.0f), std::exp2(-7.0f)};
+    std::vector<float> v = {0.0f,
+                            -0.0f,
+                            1e-40f,
+                            -1e-40f,
+                            448.0f,
+                            449.0f,
+                            464.0f,
+                            465.0f,
+                            480.0f,
+                            1e30f,
+                            -1e30f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            std::exp2(-6.0f),
+                            std::exp2(-7.0f)};
     for (int q = 0; q <= 16; ++q) v.push_back(float(q) / 1024.0f);  // subnormal steps and their midpoints
     for (int e = -9; e <= 9; ++e)
         for (int m = 0; m < 16; ++m) v.push_back(std::ldexp(1.0f + float(m) / 16.0f, e));  // normal midpoints

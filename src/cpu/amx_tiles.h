@@ -126,8 +126,8 @@ inline void store_transposed(const float* t, float* c, int64_t ldc, int rows, in
 }
 
 inline void run_weight_block(const uint16_t* w, int64_t ldw, const uint32_t* x, int64_t group, int64_t steps,
-                      const uint16_t* tail, const float* acc_in, float* acc_out, const char* pf, int64_t pf_stride,
-                      int wrows, int arows) {
+                             const uint16_t* tail, const float* acc_in, float* acc_out, const char* pf,
+                             int64_t pf_stride, int wrows, int arows) {
     if (wrows > 16 && arows > 16)
         return weight_block<2, 2>(w, ldw, x, group, steps, tail, acc_in, acc_out, pf, pf_stride);
     if (wrows > 16) return weight_block<2, 1>(w, ldw, x, group, steps, tail, acc_in, acc_out, pf, pf_stride);

@@ -99,7 +99,8 @@ void decode_rows(const WeightMat& b, int64_t n0, int rows, int64_t n, int64_t k0
     for (int i = 0; i < rows; ++i) {
         const int64_t r = n0 + i;
         if (r + 2 < n)
-            for (int64_t off = 0; off < row_bytes; off += 64) _mm_prefetch(base + (r + 2) * b.ld + at + off, _MM_HINT_T0);
+            for (int64_t off = 0; off < row_bytes; off += 64)
+                _mm_prefetch(base + (r + 2) * b.ld + at + off, _MM_HINT_T0);
         const uint8_t* row = base + r * b.ld;
         uint16_t* out = dst + i * ldd;
         for (int64_t k = 0; k < kc; k += 32) {
@@ -149,7 +150,8 @@ void promote(const float* out, float* acc, const float* wf, const float* rs, int
             for (int i = 0; i < 16; ++i) {
                 const __m512 f = _mm512_mul_ps(fa, _mm512_set1_ps(wf[16 * h + i]));
                 const __m512 t = _mm512_load_ps(o + i * 16);
-                _mm512_store_ps(a + i * 16, first ? _mm512_mul_ps(t, f) : _mm512_fmadd_ps(t, f, _mm512_load_ps(a + i * 16)));
+                _mm512_store_ps(a + i * 16,
+                                first ? _mm512_mul_ps(t, f) : _mm512_fmadd_ps(t, f, _mm512_load_ps(a + i * 16)));
             }
         }
 }
@@ -160,7 +162,7 @@ void gemm_quant_amx(const uint16_t* a, int64_t lda, int64_t m, const RowScales& 
                     float* c, int64_t ldc, const uint32_t* packed) {
     const int64_t K = b.K, K32 = (K + 31) / 32 * 32, m16 = (m + 15) / 16 * 16, group = K32 / 2 * 16;
     const int64_t pb = amx_quant_block(b, rs.s ? rs.group : 0);  // gemm_rows calls only where it is > 0
-    const bool whole = pb >= K;                                   // one factor per output, at the end
+    const bool whole = pb >= K;                                  // one factor per output, at the end
     const uint32_t* x = packed;
     if (x == nullptr) {
         auto* own = reinterpret_cast<uint32_t*>(thread_scratch(0, m16 * K32 / 2));
@@ -227,7 +229,8 @@ bool rows_codes_amx(const float* const* a, const float* const* s, int64_t m, int
                 const __mmask16 mk = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
                 const __m512 v = _mm512_maskz_loadu_ps(mk, a[r] + k);
                 const auto code = (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(v, inv));  // RNE: the code, if v is one
-                const __m512 back = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(code), 16)), sv);
+                const __m512 back =
+                    _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(code), 16)), sv);
                 bad |= _mm512_mask_cmp_ps_mask(mk, back, v, _CMP_NEQ_UQ);
                 _mm256_mask_storeu_epi16(out + k, mk, code);
             }

@@ -73,8 +73,8 @@ struct KernelTable {
     // Rounded activation rows (act_quant.h) taken apart for gemm_quant: dst[r * ldd + k] = a[r][k] / s[r][k / group] as
     // a bf16 (zero past K up to ldd), st[g * ldst + r] = s[r][g]; false when some value is not exactly that code times
     // its scale (the caller then runs the f32 kernels).
-    bool (*rows_codes)(const float* const* a, const float* const* s, int64_t m, int64_t K, int64_t group,
-                       uint16_t* dst, int64_t ldd, float* st, int64_t ldst);
+    bool (*rows_codes)(const float* const* a, const float* const* s, int64_t m, int64_t K, int64_t group, uint16_t* dst,
+                       int64_t ldd, float* st, int64_t ldst);
     // Tables with gemm_bf16: bf16 x bf16 tasks of at least this many rows take it instead of the streaming kernel
     // (gemm.h gemm_path; rows past config.h stream_max_rows always do). MOEX_CPU_AMX_FROM_ROWS sets it for tuning.
     int64_t gemm_bf16_from_rows;
