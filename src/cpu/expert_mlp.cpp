@@ -18,11 +18,6 @@ struct Task {
     int64_t c0, c1;     // columns: of I (up) or of H (down)
 };
 
-// A group keeps all its rows in one task (its weights are read once) and splits columns only, except for packed
-// groups above kMc rows, split into balanced row blocks. Kernel paths depend on a task's rows and the schedule
-// (gemm.h gemm_path), never on the thread count.
-// A run of groups of one expert with equal rows (batched_mm's single rows) is ordered column block first, so the
-// block of weights they share is read from DRAM once and then from L2.
 // The path of a group's GEMMs (gemm.h gemm_path), except that quantized weights against rows that are neither bf16
 // values nor rounded activations (an f32 model's, weight-only) stay on the f32 kernels, as gemm_rows will find.
 GemmPath group_path(const CpuProblem& cp, int64_t m, const WeightMat& w, bool gemv) {
@@ -32,6 +27,11 @@ GemmPath group_path(const CpuProblem& cp, int64_t m, const WeightMat& w, bool ge
     return path;
 }
 
+// A group keeps all its rows in one task (its weights are read once) and splits columns only, except for packed
+// groups above kMc rows, split into balanced row blocks. Kernel paths depend on a task's rows and the schedule
+// (gemm.h gemm_path), never on the thread count.
+// A run of groups of one expert with equal rows (batched_mm's single rows) is ordered column block first, so the
+// block of weights they share is read from DRAM once and then from L2.
 std::vector<Task> make_tasks(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, bool up) {
     const bool tr = cp.p->is_transposed;
     const int64_t width = up ? cp.I : cp.H;
