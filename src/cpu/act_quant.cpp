@@ -37,9 +37,12 @@ void round_static(const KernelTable& kt, const float* src, float* dst, int64_t K
     for (int64_t k = 0; k < K; ++k) dst[k] = fp8e4m3_to_f32(f32_to_fp8e4m3(src[k] / s)) * s;
 }
 
-ActScales scales_of(int64_t K, int64_t group, int64_t rows, FloatBuffer& buf) {
+// Room in buf for the scales of rows of K in groups of `group`: sc describes them, the result is where they go.
+float* scales_of(int64_t K, int64_t group, int64_t rows, FloatBuffer& buf, ActScales& sc) {
     const int64_t groups = (K + group - 1) / group;
-    return ActScales{buf.get(rows * groups), group, groups};
+    float* s = buf.get(rows * groups);
+    sc = ActScales{s, group, groups};
+    return s;
 }
 
 }  // namespace
@@ -52,8 +55,8 @@ int64_t activation_group(const CpuProblem& cp, int64_t K) {
 ActRows quantize_tokens(const CpuProblem& cp, const float* x, int64_t rows, FloatBuffer& buf, FloatBuffer& scales,
                         int threads) {
     float* out = buf.get(rows * cp.H);
-    const ActScales sc = scales_of(cp.H, activation_group(cp, cp.H), rows, scales);
-    auto* s = const_cast<float*>(sc.s);
+    ActScales sc;
+    float* s = scales_of(cp.H, activation_group(cp, cp.H), rows, scales, sc);
     parallel_for(rows, rows * cp.H >= (1 << 16) ? threads : 1, [&](int64_t t) {
         round_dynamic(kernels(), x + t * cp.H, out + t * cp.H, cp.H, sc.group, s + t * sc.groups);
     });
@@ -63,8 +66,8 @@ ActRows quantize_tokens(const CpuProblem& cp, const float* x, int64_t rows, Floa
 ActRows quantize_routed_rows(const CpuProblem& cp, const Routing& r, const float* x, FloatBuffer& buf,
                              FloatBuffer& scales, int threads) {
     float* out = buf.get(r.rows() * cp.H);
-    const ActScales sc = scales_of(cp.H, cp.H, r.rows(), scales);
-    auto* s = const_cast<float*>(sc.s);
+    ActScales sc;
+    float* s = scales_of(cp.H, cp.H, r.rows(), scales, sc);
     parallel_for(r.groups(), threads, [&](int64_t g) {
         const float scale = cp.up_activation_scale(r.expert[size_t(g)]);
         for (int64_t row = r.begin[size_t(g)]; row < r.begin[size_t(g) + 1]; ++row) {
@@ -78,8 +81,8 @@ ActRows quantize_routed_rows(const CpuProblem& cp, const Routing& r, const float
 ActScales quantize_hidden(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, float* h, FloatBuffer& scales,
                           int threads) {
     const bool dynamic = cp.act_quant == ActivationQuant::kDynamic;
-    const ActScales sc = scales_of(cp.I, dynamic ? activation_group(cp, cp.I) : cp.I, r.rows(), scales);
-    auto* s = const_cast<float*>(sc.s);
+    ActScales sc;
+    float* s = scales_of(cp.I, dynamic ? activation_group(cp, cp.I) : cp.I, r.rows(), scales, sc);
     parallel_for(g1 - g0, threads, [&](int64_t i) {
         const int64_t g = g0 + i;
         const float scale = dynamic ? 0.0f : cp.down_activation_scale(r.expert[size_t(g)]);

@@ -1,6 +1,6 @@
 // The AMX tile primitives shared by the bf16 GEMM (gemm_amx.cpp) and the quantized one (gemm_quant_amx.cpp): the
-// tile configuration, the k step of a 2 x 2 block of C, and the weight tiles' block and transposed store. Included
-// by *_amx.cpp files only (their compile options enable AMX-TILE, AMX-BF16 and AVX-512).
+// tile configuration, the k step of a 2 x 2 block of C, and the weight tiles' block, operand, k block and transposed
+// store. Included by *_amx.cpp files only (their compile options enable AMX-TILE, AMX-BF16 and AVX-512).
 #pragma once
 
 #include <immintrin.h>
@@ -9,11 +9,15 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "src/cpu/config.h"
+#include "src/cpu/parallel.h"
+#include "src/cpu/problem.h"
 #include "src/cpu/transpose_avx512.h"
 
 namespace moex::cpu {
 
-bool amx_request_tile_state();  // gemm_amx.cpp
+bool amx_request_tile_state();                                                                  // gemm_amx.cpp
+void pack_b_bf16_avx512(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, uint32_t* dst);  // gemm_avx512.cpp
 
 namespace amx {
 
@@ -133,6 +137,23 @@ inline void run_weight_block(const uint16_t* w, int64_t ldw, const uint32_t* x, 
     if (wrows > 16) return weight_block<2, 1>(w, ldw, x, group, steps, tail, acc_in, acc_out, pf, pf_stride);
     if (arows > 16) return weight_block<1, 2>(w, ldw, x, group, steps, tail, acc_in, acc_out, pf, pf_stride);
     weight_block<1, 1>(w, ldw, x, group, steps, tail, acc_in, acc_out, pf, pf_stride);
+}
+
+// The weight tiles' B operand: A's rows packed as [m16 / 16][K32 / 2][16] dwords, `packed` where the caller prepared
+// them (gemm.h AmxRows), else packed here into the thread's scratch slot 0.
+inline const uint32_t* weight_tile_rows(const uint16_t* a, int64_t lda, int64_t m16, int64_t K32,
+                                        const uint32_t* packed) {
+    if (packed != nullptr) return packed;
+    auto* own = reinterpret_cast<uint32_t*>(thread_scratch(0, m16 * K32 / 2));
+    pack_b_bf16_avx512(WeightMat{a, DType::kBF16, false, lda, K32}, m16, 0, K32, own);
+    return own;
+}
+
+// The longest k block of the weight tiles for m16 packed rows: their k block within kAmxWeightTileRowBytes (L2), at
+// least 512 k; a multiple of 32.
+inline int64_t weight_tile_k(int64_t m16) {
+    const int64_t k = kAmxWeightTileRowBytes / (m16 * 2) / 32 * 32;
+    return k > 512 ? k : 512;
 }
 
 }  // namespace amx

@@ -9,17 +9,18 @@
 
 namespace moex::cpu {
 
-// scale(n, k) * global of a quantized WeightMat, rounded once to f32.
-inline float quant_scale(const WeightQuant& q, int64_t n, int64_t k) {
+// scale(n, k) of a quantized WeightMat as f32 (exact), without the global.
+inline float block_scale(const WeightQuant& q, int64_t n, int64_t k) {
     const int64_t i = ((q.row0 + n) / q.bn) * q.ld + k / q.bk;
-    float s;
     switch (q.scale_dtype) {
-        case DType::kF32: s = static_cast<const float*>(q.scale)[i]; break;
-        case DType::kFP8E4M3: s = fp8e4m3_to_f32(static_cast<const uint8_t*>(q.scale)[i]); break;
-        default: s = ue8m0_to_f32(static_cast<const uint8_t*>(q.scale)[i]); break;  // kUE8M0 | kU8 bytes
+        case DType::kF32: return static_cast<const float*>(q.scale)[i];
+        case DType::kFP8E4M3: return fp8e4m3_to_f32(static_cast<const uint8_t*>(q.scale)[i]);
+        default: return ue8m0_to_f32(static_cast<const uint8_t*>(q.scale)[i]);  // kUE8M0 | kU8 bytes
     }
-    return s * q.global;
 }
+
+// scale(n, k) * global of a quantized WeightMat, rounded once to f32.
+inline float quant_scale(const WeightQuant& q, int64_t n, int64_t k) { return block_scale(q, n, k) * q.global; }
 
 // The f32 value of quantized element (n, k).
 inline float quant_elem(const WeightMat& b, int64_t n, int64_t k) {

@@ -21,8 +21,6 @@
 
 namespace moex::cpu {
 
-void pack_b_bf16_avx512(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, uint32_t* dst);  // gemm_avx512.cpp
-
 // Asks the OS for the AMX tile data; true when granted (idempotent, so each thread may ask for itself).
 bool amx_request_tile_state() {
 #if defined(__linux__) && defined(ARCH_REQ_XCOMP_PERM)
@@ -111,13 +109,8 @@ void run_block(const uint16_t* a, int64_t lda, const uint32_t* b0, int64_t panel
 void gemm_weight_tiles(const uint16_t* a, int64_t lda, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc,
                        const uint32_t* packed) {
     const int64_t K = b.K, K32 = (K + 31) / 32 * 32, m16 = (m + 15) / 16 * 16, group = K32 / 2 * 16;
-    const uint32_t* x = packed;
-    if (x == nullptr) {
-        auto* own = reinterpret_cast<uint32_t*>(thread_scratch(0, m16 * K32 / 2));
-        pack_b_bf16_avx512(WeightMat{a, DType::kBF16, false, lda, K32}, m16, 0, K32, own);
-        x = own;
-    }
-    const int64_t kmax = std::max<int64_t>(512, kAmxWeightTileRowBytes / (m16 * 2) / 32 * 32);
+    const uint32_t* x = weight_tile_rows(a, lda, m16, K32, packed);
+    const int64_t kmax = weight_tile_k(m16);
     const int64_t kblocks = (K32 + kmax - 1) / kmax, kc = (K32 / 32 + kblocks - 1) / kblocks * 32;
     const int64_t nb32 = (n + 31) / 32, mb32 = (m16 + 31) / 32;
     float* acc = kblocks > 1 ? thread_scratch(4, nb32 * mb32 * 1024) : nullptr;

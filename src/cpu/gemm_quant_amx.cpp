@@ -32,8 +32,6 @@
 
 namespace moex::cpu {
 
-void pack_b_bf16_avx512(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, uint32_t* dst);  // gemm_avx512.cpp
-
 namespace {
 
 using namespace amx;
@@ -76,12 +74,6 @@ inline __m512i e2m1_to_bf16_pairs(const Decoder& d, __m128i bytes, __m512 scale)
                                      _mm512_set1_epi32(int(0xffff0000u)), 0xec);  // (hi & high half) | lo >> 16
 }
 
-// An FP4 row's block scale (MXFP4: ue8m0 per 32, NVFP4: e4m3 per 16; no global) for logical row n and element k.
-inline float fp4_block_scale(const WeightQuant& q, int64_t n, int64_t k) {
-    const uint8_t s = static_cast<const uint8_t*>(q.scale)[(q.row0 + n) * q.ld + k / q.bk];
-    return q.scale_dtype == DType::kFP8E4M3 ? fp8e4m3_to_f32(s) : ue8m0_to_f32(s);
-}
-
 // Rows [n0, n0 + rows) of quantized B (n rows in all) over k in [k0, k0 + kc) (k0 a multiple of 32) as bf16 rows ldd
 // apart: FP8 codes, FP4 codes times their block scale; zero past K, and the rows past `rows` up to a multiple of 16
 // zero. Each row's codes are prefetched two rows ahead (into the next block's rows at the end): the rows are far
@@ -112,8 +104,8 @@ void decode_rows(const WeightMat& b, int64_t n0, int rows, int64_t n, int64_t k0
             } else {
                 const int64_t bytes = valid / 2;  // K is a multiple of the scale block: 32 or 16 (even)
                 const __mmask16 mk = bytes >= 16 ? __mmask16(0xffff) : __mmask16((1u << bytes) - 1);
-                const float s0 = valid > 0 ? fp4_block_scale(b.q, r, k0 + k) : 0.0f;
-                const float s1 = b.q.bk == 16 ? (valid > 16 ? fp4_block_scale(b.q, r, k0 + k + 16) : 0.0f) : s0;
+                const float s0 = valid > 0 ? block_scale(b.q, r, k0 + k) : 0.0f;
+                const float s1 = b.q.bk == 16 ? (valid > 16 ? block_scale(b.q, r, k0 + k + 16) : 0.0f) : s0;
                 const __m512 scale = _mm512_insertf32x8(_mm512_set1_ps(s0), _mm256_set1_ps(s1), 1);
                 v = e2m1_to_bf16_pairs(d, _mm_maskz_loadu_epi8(mk, row + (k0 + k) / 2), scale);
             }
@@ -163,16 +155,9 @@ void gemm_quant_amx(const uint16_t* a, int64_t lda, int64_t m, const RowScales& 
     const int64_t K = b.K, K32 = (K + 31) / 32 * 32, m16 = (m + 15) / 16 * 16, group = K32 / 2 * 16;
     const int64_t pb = amx_quant_block(b, rs.s ? rs.group : 0);  // gemm_rows calls only where it is > 0
     const bool whole = pb >= K;                                  // one factor per output, at the end
-    const uint32_t* x = packed;
-    if (x == nullptr) {
-        auto* own = reinterpret_cast<uint32_t*>(thread_scratch(0, m16 * K32 / 2));
-        pack_b_bf16_avx512(WeightMat{a, DType::kBF16, false, lda, K32}, m16, 0, K32, own);
-        x = own;
-    }
-    // k blocks keep the packed rows within kAmxWeightTileRowBytes (L2); promoted blocks hold whole scale blocks
-    int64_t kmax = std::max<int64_t>(512, kAmxWeightTileRowBytes / (m16 * 2) / 32 * 32);
-    const int64_t unit = whole ? 32 : pb;
-    kmax = std::max(unit, kmax / unit * unit);
+    const uint32_t* x = weight_tile_rows(a, lda, m16, K32, packed);
+    // k blocks of weight_tile_k's size or less, holding whole scale blocks where they are promoted
+    const int64_t unit = whole ? 32 : pb, kmax = std::max(unit, weight_tile_k(m16) / unit * unit);
     const int64_t kblocks = (K32 + kmax - 1) / kmax, kc = ((K32 + unit - 1) / unit + kblocks - 1) / kblocks * unit;
     const int64_t ldw = amx_lda(kc), nb32 = (n + 31) / 32, mb32 = (m16 + 31) / 32;
     auto* w = reinterpret_cast<uint16_t*>(thread_scratch(5, 32 * ldw / 2));
@@ -224,8 +209,9 @@ bool rows_codes_amx(const float* const* a, const float* const* s, int64_t m, int
             const float scale = s[r][g];
             st[g * ldst + r] = scale;
             const __m512 sv = _mm512_set1_ps(scale), inv = _mm512_set1_ps(scale != 0.0f ? 1.0f / scale : 0.0f);
-            for (int64_t k = g * group; k < std::min(K, (g + 1) * group); k += 16) {
-                const int64_t left = std::min<int64_t>(std::min(K, (g + 1) * group) - k, 16);
+            const int64_t k1 = std::min(K, (g + 1) * group);
+            for (int64_t k = g * group; k < k1; k += 16) {
+                const int64_t left = std::min<int64_t>(k1 - k, 16);
                 const __mmask16 mk = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
                 const __m512 v = _mm512_maskz_loadu_ps(mk, a[r] + k);
                 const auto code = (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(v, inv));  // RNE: the code, if v is one
