@@ -1,8 +1,9 @@
-// Quantized weights on the AMX tiles (src/cpu/gemm_quant_amx.cpp) and the AVX-512 activation rounding
-// (src/cpu/act_quant_avx512.cpp): every FP8 / FP4 scheme against the float64 product of the dequantized weights,
-// every e4m3 code and e2m1 code x scale decoded exactly, the same bits for any row split, column split and k blocking,
-// rows that are not codes x scales refused, and the rounding's bits equal to the scalar codecs'. The AMX tests skip
-// themselves where the CPU or the OS has no AMX (the backends' tests run the kernel end to end: test_quant.cpp).
+// Quantized weights on the AMX tiles (src/cpu/gemm_quant_amx.cpp), the FP8 decode GEMV on vdpbf16ps
+// (src/cpu/stream_quant_avx512.cpp) and the AVX-512 activation rounding (src/cpu/act_quant_avx512.cpp): every FP8 /
+// FP4 scheme against the float64 product of the dequantized weights, every e4m3 code and e2m1 code x scale decoded
+// exactly, the same bits for any row split, column split and k blocking, rows that are not codes x scales refused, and
+// the rounding's bits equal to the scalar codecs'. The AMX and vdpbf16ps tests skip themselves where the CPU or the OS
+// lacks them (the backends' tests run the kernels end to end: test_quant.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -95,11 +96,11 @@ std::vector<float> amx_gemm(const Rows& x, int64_t r0, int64_t r1, const cpu::We
     const int64_t m = r1 - r0;
     std::vector<const float*> rows, scales;
     for (int64_t r = r0; r < r1; ++r) rows.push_back(x.row(r)), scales.push_back(x.scales(r));
-    std::vector<float> buf(size_t(cpu::amx_rows_floats(m, w.K, true, x.groups) + 16));
+    std::vector<float> buf(size_t(cpu::bf16_rows_floats(m, w.K, cpu::RowsFor::kPackedTiles, x.groups) + 16));
     float* aligned = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) / 64 * 64);
-    cpu::AmxRows prepared;
-    EXPECT_TRUE(cpu::amx_prepare_rows(t, rows.data(), m, w.K, true, aligned, prepared,
-                                      x.group ? scales.data() : nullptr, x.group));
+    cpu::Bf16Rows prepared;
+    EXPECT_TRUE(cpu::prepare_bf16_rows(t, rows.data(), m, w.K, cpu::RowsFor::kPackedTiles, aligned, prepared,
+                                       x.group ? scales.data() : nullptr, x.group));
     std::vector<float> c(size_t(m * n), std::numeric_limits<float>::quiet_NaN());  // poisoned
     cpu::gemm_rows(t, rows.data(), m, w, n, c.data(), n, false, &prepared);
     return c;
@@ -215,17 +216,120 @@ TEST(QuantAmx, RowsThatAreNotCodesTimesScalesAreRefused) {
     Rows x(20, 256, 128, 3);
     std::vector<const float*> rows, scales;
     for (int64_t r = 0; r < x.m; ++r) rows.push_back(x.row(r)), scales.push_back(x.scales(r));
-    std::vector<float> buf(size_t(cpu::amx_rows_floats(x.m, x.K, true, x.groups) + 16));
+    std::vector<float> buf(size_t(cpu::bf16_rows_floats(x.m, x.K, cpu::RowsFor::kPackedTiles, x.groups) + 16));
     float* aligned = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) / 64 * 64);
-    cpu::AmxRows out;
-    EXPECT_TRUE(cpu::amx_prepare_rows(t, rows.data(), x.m, x.K, true, aligned, out, scales.data(), x.group));
+    cpu::Bf16Rows out;
+    EXPECT_TRUE(cpu::prepare_bf16_rows(t, rows.data(), x.m, x.K, cpu::RowsFor::kPackedTiles, aligned, out,
+                                       scales.data(), x.group));
     EXPECT_NE(out.scales.s, nullptr);
     x.a[size_t(7 * x.K + 130)] = std::nextafter(x.a[size_t(7 * x.K + 130)], 1e9f);  // off its code by one ulp
-    EXPECT_FALSE(cpu::amx_prepare_rows(t, rows.data(), x.m, x.K, true, aligned, out, scales.data(), x.group));
+    EXPECT_FALSE(cpu::prepare_bf16_rows(t, rows.data(), x.m, x.K, cpu::RowsFor::kPackedTiles, aligned, out,
+                                        scales.data(), x.group));
     x.a[size_t(7 * x.K + 130)] = std::nextafter(x.a[size_t(7 * x.K + 130)], -1e9f);
-    EXPECT_TRUE(cpu::amx_prepare_rows(t, rows.data(), x.m, x.K, true, aligned, out, scales.data(), x.group));
+    EXPECT_TRUE(cpu::prepare_bf16_rows(t, rows.data(), x.m, x.K, cpu::RowsFor::kPackedTiles, aligned, out,
+                                       scales.data(), x.group));
     x.s[size_t(9 * x.groups + 1)] = 0.0f;  // a zero scale holds zeros only
-    EXPECT_FALSE(cpu::amx_prepare_rows(t, rows.data(), x.m, x.K, true, aligned, out, scales.data(), x.group));
+    EXPECT_FALSE(cpu::prepare_bf16_rows(t, rows.data(), x.m, x.K, cpu::RowsFor::kPackedTiles, aligned, out,
+                                        scales.data(), x.group));
+}
+
+const cpu::KernelTable* stream_quant_table() {
+    const cpu::KernelTable* t = cpu::avx512_kernels();
+    return t != nullptr && t->stream_quant != nullptr ? t : nullptr;
+}
+
+// One row of x through the table's stream_quant, the row prepared as the experts path does (bf16 or codes).
+std::vector<float> stream_quant(const cpu::KernelTable& t, const Rows& x, int64_t r, const cpu::WeightMat& w, int64_t n,
+                                bool* ran = nullptr) {
+    const float* row = x.row(r);
+    const float* scales = x.scales(r);
+    std::vector<float> buf(size_t(cpu::bf16_rows_floats(1, w.K, cpu::RowsFor::kStream, x.groups) + 16));
+    cpu::Bf16Rows prepared;
+    EXPECT_TRUE(cpu::prepare_bf16_rows(t, &row, 1, w.K, cpu::RowsFor::kStream, buf.data(), prepared,
+                                       x.group ? &scales : nullptr, x.group));
+    std::vector<float> c(size_t(n), std::numeric_limits<float>::quiet_NaN());  // poisoned
+    const bool ok = t.stream_quant(prepared.a16, prepared.scales, w, n, c.data());
+    if (ran != nullptr) *ran = ok;
+    return c;
+}
+
+// The FP8 decode GEMV: every FP8 scheme (the 32 x 64 blocks promote per 64 k, per-tensor once over K) with bf16 rows
+// and rows rounded per block_k, against float64 on the dequantized weights; columns from an odd offset (off the tile
+// of 8 and the scale rows) give the same bits, and gemm_rows takes it for one row. FP4 and K not a multiple of 64 are
+// refused.
+TEST(QuantStreamBf16, Fp8NearFloat64AndTheSameBitsForAnyColumns) {
+    const cpu::KernelTable* t = stream_quant_table();
+    if (t == nullptr) GTEST_SKIP() << "this CPU has no AVX-512 BF16";
+    for (const QScheme& s : kQSchemes) {
+        if (s.format != QuantFormat::kFp8) continue;
+        for (int64_t K : {256, 768})
+            for (bool rounded : {false, true}) {
+                const QuantWeights qw(256, K, s, 13);
+                const cpu::WeightMat w = qw.w().from_row(3);
+                const int64_t n = 141;
+                const std::string what = std::string(s.name) + " K=" + std::to_string(K) + (rounded ? " rounded" : "");
+                const Rows x(3, K, rounded ? (s.block_k > 0 ? s.block_k : K) : 0, 9);
+                const std::vector<float> d = qw.dequantized(n + 3);
+                for (int64_t r = 0; r < x.m; ++r) {
+                    bool ran = false;
+                    const std::vector<float> c = stream_quant(*t, x, r, w, n, &ran);
+                    ASSERT_TRUE(ran) << what;
+                    int64_t far = 0;
+                    for (int64_t j = 0; j < n; ++j) {
+                        double ref = 0, mag = 0;
+                        for (int64_t k = 0; k < K; ++k) {
+                            const double p = double(d[size_t((j + 3) * K + k)]) * double(x.a[size_t(r * K + k)]);
+                            ref += p, mag += std::fabs(p);
+                        }
+                        far += !(std::fabs(double(c[size_t(j)]) - ref) <= 1e-5 * mag + 1e-30);
+                    }
+                    EXPECT_EQ(far, 0) << what << " row " << r;
+                    const std::vector<float> cols = stream_quant(*t, x, r, w.from_row(5), n - 5);
+                    EXPECT_EQ(std::memcmp(cols.data(), c.data() + 5, size_t(n - 5) * 4), 0) << what << " columns";
+                    if (rounded) continue;  // gemm_rows prepares bf16 rows itself; rounded ones come prepared
+                    const float* row = x.row(r);
+                    std::vector<float> g(size_t(n), std::numeric_limits<float>::quiet_NaN());
+                    cpu::gemm_rows(*t, &row, 1, w, n, g.data(), n);
+                    EXPECT_EQ(std::memcmp(g.data(), c.data(), size_t(n) * 4), 0) << what << " gemm_rows";
+                }
+            }
+    }
+    const Rows x(1, 256, 0, 3);
+    bool ran = true;
+    stream_quant(*t, x, 0, QuantWeights(64, 256, kQSchemes[4], 1).w(), 32, &ran);
+    EXPECT_FALSE(ran) << "mxfp4";
+    const Rows y(1, 160, 0, 3);
+    stream_quant(*t, y, 0, QuantWeights(64, 160, kQSchemes[3], 1).w(), 32, &ran);
+    EXPECT_FALSE(ran) << "K 160";
+}
+
+// Every e4m3 code (subnormals, both zeros) comes out exactly (one-hot rows pick single weights), a NaN code makes its
+// output NaN.
+TEST(QuantStreamBf16, EveryCodeDecodesExactly) {
+    const cpu::KernelTable* t = stream_quant_table();
+    if (t == nullptr) GTEST_SKIP() << "this CPU has no AVX-512 BF16";
+    const int64_t K = 256, n = 11;
+    std::vector<uint8_t> codes(size_t(n * K));
+    for (int64_t j = 0; j < n; ++j)
+        for (int64_t k = 0; k < K; ++k) {
+            const uint8_t code = uint8_t((k + 37 * j) & 255);
+            codes[size_t(j * K + k)] = j == n - 1 ? (k == 5 ? 0x7f : 0) : (code & 0x7f) == 0x7f ? 0 : code;
+        }
+    const float one = 1.0f;
+    cpu::WeightMat w{codes.data(), DType::kFP8E4M3, false, K, K};
+    w.q = cpu::WeightQuant{QuantFormat::kFp8, &one, DType::kF32, 1, int64_t(1) << 40, int64_t(1) << 40, 0, 1.0f};
+    Rows x(K, K, 0, 0);
+    std::fill(x.a.begin(), x.a.end(), 0.0f);
+    for (int64_t r = 0; r < K; ++r) x.a[size_t(r * K + r)] = 1.0f;
+    for (int64_t k = 0; k < K; ++k) {
+        const std::vector<float> c = stream_quant(*t, x, k, w, n);
+        for (int64_t j = 0; j < n; ++j) {
+            const float want =
+                j == n - 1 ? std::numeric_limits<float>::quiet_NaN() : fp8e4m3_to_f32(codes[size_t(j * K + k)]);
+            EXPECT_TRUE(std::isnan(want) ? std::isnan(c[size_t(j)]) : c[size_t(j)] == want)
+                << "e4m3 code " << int(codes[size_t(j * K + k)]) << ": " << c[size_t(j)] << " want " << want;
+        }
+    }
 }
 
 // The AVX-512 rounding (act_quant_avx512.cpp) gives the scalar codecs' bits: every e4m3 rounding case (ties both ways

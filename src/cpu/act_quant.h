@@ -2,7 +2,7 @@
 // FP8 x FP8 GEMM sees them. Dynamic: per row, each group of block_k values (all of K for per-tensor weights) with
 // the f32 scale amax / 448, each value as e4m3(x * (448 / amax)) (dynamic_inverse; an all-zero group stays zero).
 // Static: x / activation_scale[e], saturated at +-448. Each pass also keeps the f32 scale of every (row, group), so
-// that a kernel can take the rounded rows apart again into e4m3 codes and scales (the AMX GEMM: gemm.h AmxRows).
+// that a kernel can take the rounded rows apart again into e4m3 codes and scales (the AMX GEMM: gemm.h Bf16Rows).
 #pragma once
 
 #include <cstdint>

@@ -140,7 +140,7 @@ inline void run_weight_block(const uint16_t* w, int64_t ldw, const uint32_t* x, 
 }
 
 // The weight tiles' B operand: A's rows packed as [m16 / 16][K32 / 2][16] dwords, `packed` where the caller prepared
-// them (gemm.h AmxRows), else packed here into the thread's scratch slot 0.
+// them (gemm.h Bf16Rows), else packed here into the thread's scratch slot 0.
 inline const uint32_t* weight_tile_rows(const uint16_t* a, int64_t lda, int64_t m16, int64_t K32,
                                         const uint32_t* packed) {
     if (packed != nullptr) return packed;

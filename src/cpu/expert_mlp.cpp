@@ -70,21 +70,24 @@ struct RowSource {
     const float* row(const Routing& r, int64_t i) const { return base + index(r, i) * ld; }
 };
 
-// The AMX path's rows of each group, prepared once for all its tasks (gemm.h AmxRows: one conversion to bf16, one
-// packing for the weight tiles, instead of one per GEMM call: an up task of mixtral-8x7b's 14,336-wide I alone made 56
-// calls on each expert's rows). Indexed by g - g0; a16 null where the group does not take the AMX path.
-std::vector<AmxRows> prepare_groups(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, bool up,
-                                    const RowSource& src, int threads) {
+// The bf16 rows of each group whose path takes them (the AMX tiles, the FP8 decode GEMV), prepared once for all its
+// tasks (gemm.h Bf16Rows: one conversion to bf16, one packing for the weight tiles, instead of one per GEMM call: an
+// up task of mixtral-8x7b's 14,336-wide I alone made 56 calls on each expert's rows). Indexed by g - g0; a16 null
+// where the group takes none.
+std::vector<Bf16Rows> prepare_groups(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, bool up,
+                                     const RowSource& src, int threads) {
     thread_local FloatBuffer buf;
     const int64_t K = up ? cp.H : cp.I;
-    std::vector<AmxRows> prepared(size_t(g1 - g0));
+    std::vector<Bf16Rows> prepared(size_t(g1 - g0));
     std::vector<int64_t> offset(size_t(g1 - g0), -1);
+    std::vector<RowsFor> use(size_t(g1 - g0));
     int64_t total = 0;
     for (int64_t g = g0; g < g1; ++g) {
         const int64_t m = r.begin[size_t(g) + 1] - r.begin[size_t(g)], e = r.expert[size_t(g)];
-        if (group_path(cp, m, up ? cp.up(e) : cp.down(e), r.gemv) != GemmPath::kAmx) continue;
+        const WeightMat w = up ? cp.up(e) : cp.down(e);
+        if (!rows_for(kernels(), group_path(cp, m, w, r.gemv), m, w, use[size_t(g - g0)])) continue;
         offset[size_t(g - g0)] = total;
-        total += amx_rows_floats(m, K, !cp.p->is_transposed, src.scales.groups);
+        total += bf16_rows_floats(m, K, use[size_t(g - g0)], src.scales.groups);
     }
     if (total == 0) return prepared;
     float* base = buf.get(total);
@@ -100,24 +103,24 @@ std::vector<AmxRows> prepare_groups(const CpuProblem& cp, const Routing& r, int6
             for (int64_t j = 0; j < m; ++j) ptrs[size_t(j)] = src.scales.row(src.index(r, b + j));
             s = ptrs.data();
         }
-        amx_prepare_rows(kernels(), a, m, K, !cp.p->is_transposed, base + offset[size_t(i)], prepared[size_t(i)], s,
-                         src.scales.group);
+        prepare_bf16_rows(kernels(), a, m, K, use[size_t(i)], base + offset[size_t(i)], prepared[size_t(i)], s,
+                          src.scales.group);
     });
     return prepared;
 }
 
 // A task's part of its group's prepared rows: all of them, or a row block (then without the packed operand, which
 // holds 16-row groups from the group's first row; a row block above kMc rows takes the packed tiles anyway).
-AmxRows task_rows(const std::vector<AmxRows>& prepared, const Routing& r, int64_t g0, const Task& t) {
-    AmxRows p = prepared[size_t(t.g - g0)];
+Bf16Rows task_rows(const std::vector<Bf16Rows>& prepared, const Routing& r, int64_t g0, const Task& t) {
+    Bf16Rows p = prepared[size_t(t.g - g0)];
     const int64_t b = r.begin[size_t(t.g)];
     if (p.a16 == nullptr || (t.r0 == b && t.r1 == r.begin[size_t(t.g) + 1])) return p;
     RowScales s = p.scales;
     if (s.s != nullptr) s.s += t.r0 - b;
-    return AmxRows{p.a16 + (t.r0 - b) * p.lda, p.lda, nullptr, s};
+    return Bf16Rows{p.a16 + (t.r0 - b) * p.lda, p.lda, nullptr, s};
 }
 
-void up_task(const CpuProblem& cp, const Routing& r, const Task& t, const RowSource& src, const AmxRows& prep,
+void up_task(const CpuProblem& cp, const Routing& r, const Task& t, const RowSource& src, const Bf16Rows& prep,
              float* h) {
     const int64_t m = t.r1 - t.r0, ni = t.c1 - t.c0, e = r.expert[size_t(t.g)];
     const float** a = row_pointers(m);
@@ -140,7 +143,7 @@ void up_task(const CpuProblem& cp, const Routing& r, const Task& t, const RowSou
     apply_gate(cp, e, tile, m, t.c0, ni, h + t.r0 * cp.I + t.c0, cp.I);
 }
 
-void down_task(const CpuProblem& cp, const Routing& r, const Task& t, const float* h, const AmxRows& prep, float* y) {
+void down_task(const CpuProblem& cp, const Routing& r, const Task& t, const float* h, const Bf16Rows& prep, float* y) {
     const int64_t m = t.r1 - t.r0, n = t.c1 - t.c0, e = r.expert[size_t(t.g)];
     const float** a = row_pointers(m);
     for (int64_t i = 0; i < m; ++i) a[i] = h + (t.r0 + i) * cp.I;
@@ -159,7 +162,7 @@ void down_task(const CpuProblem& cp, const Routing& r, const Task& t, const floa
 void run_up(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, const UpInput& in, float* h, int threads) {
     const std::vector<Task> tasks = make_tasks(cp, r, g0, g1, true);
     const RowSource src{in.x, cp.H, !in.by_row, in.scales};
-    const std::vector<AmxRows> prepared = prepare_groups(cp, r, g0, g1, true, src, threads);
+    const std::vector<Bf16Rows> prepared = prepare_groups(cp, r, g0, g1, true, src, threads);
     parallel_for(int64_t(tasks.size()), threads, [&](int64_t i) {
         const Task& t = tasks[size_t(i)];
         up_task(cp, r, t, src, task_rows(prepared, r, g0, t), h);
@@ -169,7 +172,7 @@ void run_up(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, cons
 void run_down(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, const float* h, const ActScales& hs,
               float* y, int threads) {
     const std::vector<Task> tasks = make_tasks(cp, r, g0, g1, false);
-    const std::vector<AmxRows> prepared = prepare_groups(cp, r, g0, g1, false, RowSource{h, cp.I, false, hs}, threads);
+    const std::vector<Bf16Rows> prepared = prepare_groups(cp, r, g0, g1, false, RowSource{h, cp.I, false, hs}, threads);
     parallel_for(int64_t(tasks.size()), threads, [&](int64_t i) {
         const Task& t = tasks[size_t(i)];
         down_task(cp, r, t, h, task_rows(prepared, r, g0, t), y);

@@ -113,7 +113,7 @@ void stream_quantized(const KernelTable& kt, const float* const* a, int64_t m, c
 }
 
 // AMX rows of A held for m rows: whole 16-row tiles, and 16 more, so that a row block of a group starting off a
-// multiple of 16 still reads its last tile inside the buffer (gemm.h AmxRows).
+// multiple of 16 still reads its last tile inside the buffer (gemm.h Bf16Rows).
 int64_t amx_padded_rows(int64_t m) { return (m + 15) / 16 * 16 + 16; }
 
 }  // namespace
@@ -122,7 +122,7 @@ GemmPath gemm_path(const KernelTable& kt, int64_t m, const WeightMat& b, bool ge
     const GemmPath path = choose_path(m, b.transposed);
     int64_t from_rows;
     if (b.quantized()) {
-        if (kt.gemm_quant == nullptr || amx_quant_block(b, 0) == 0) return path;
+        if (kt.gemm_quant == nullptr || promotion_block(b, 0) == 0) return path;
         from_rows = kt.gemm_quant_from_rows;
     } else {
         if (kt.gemm_bf16 == nullptr || b.dtype != DType::kBF16) return path;
@@ -132,18 +132,31 @@ GemmPath gemm_path(const KernelTable& kt, int64_t m, const WeightMat& b, bool ge
     return GemmPath::kAmx;
 }
 
-int64_t amx_rows_floats(int64_t m, int64_t K, bool pack, int64_t groups) {
-    const int64_t rows = amx_padded_rows(m), K32 = (K + 31) / 32 * 32;
+bool rows_for(const KernelTable& kt, GemmPath path, int64_t m, const WeightMat& b, RowsFor& use) {
+    if (path == GemmPath::kAmx) {
+        use = b.transposed ? RowsFor::kTiles : RowsFor::kPackedTiles;
+        return true;
+    }
+    use = RowsFor::kStream;
+    return path == GemmPath::kStream && m == 1 && b.quantized() && kt.stream_quant != nullptr;
+}
+
+int64_t bf16_rows_floats(int64_t m, int64_t K, RowsFor use, int64_t groups) {
+    const int64_t rows = use == RowsFor::kStream ? m : amx_padded_rows(m), K32 = (K + 31) / 32 * 32;
+    const bool pack = use == RowsFor::kPackedTiles;
     return (rows * amx_lda(K) / 2 + 15) / 16 * 16 + (pack ? rows * K32 / 2 : 0) + (groups * rows + 15) / 16 * 16;
 }
 
-bool amx_prepare_rows(const KernelTable& kt, const float* const* a, int64_t m, int64_t K, bool pack, float* buf,
-                      AmxRows& out, const float* const* scales, int64_t group) {
-    if (kt.gemm_bf16 == nullptr || (scales != nullptr && kt.rows_codes == nullptr)) return false;
-    const int64_t lda = amx_lda(K), rows = amx_padded_rows(m), K32 = (K + 31) / 32 * 32;
+bool prepare_bf16_rows(const KernelTable& kt, const float* const* a, int64_t m, int64_t K, RowsFor use, float* buf,
+                       Bf16Rows& out, const float* const* scales, int64_t group) {
+    const bool pack = use == RowsFor::kPackedTiles;
+    if (kt.rows_bf16 == nullptr || (scales != nullptr && kt.rows_codes == nullptr) ||
+        (pack && kt.pack_b_bf16 == nullptr))
+        return false;
+    const int64_t lda = amx_lda(K), rows = use == RowsFor::kStream ? m : amx_padded_rows(m), K32 = (K + 31) / 32 * 32;
     const int64_t packed_at = (rows * lda / 2 + 15) / 16 * 16, scales_at = packed_at + (pack ? rows * K32 / 2 : 0);
     auto* a16 = reinterpret_cast<uint16_t*>(buf);
-    out = AmxRows{a16, lda, nullptr, {}};
+    out = Bf16Rows{a16, lda, nullptr, {}};
     if (scales != nullptr) {  // rounded activations: codes, and the scales as [group][row] (zero past m)
         const int64_t groups = (K + group - 1) / group;
         float* st = buf + scales_at;
@@ -163,22 +176,26 @@ bool amx_prepare_rows(const KernelTable& kt, const float* const* a, int64_t m, i
 }
 
 void gemm_rows(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc, bool gemv,
-               const AmxRows* prepared) {
+               const Bf16Rows* prepared) {
     gemm_rows(kernels(), a, m, b, n, c, ldc, gemv, prepared);
 }
 
 void gemm_rows(const KernelTable& kt, const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c,
-               int64_t ldc, bool gemv, const AmxRows* prepared) {
+               int64_t ldc, bool gemv, const Bf16Rows* prepared) {
     const GemmPath path = gemm_path(kt, m, b, gemv);
-    if (path == GemmPath::kAmx) {  // bf16-valued or coded rows: prepared by the caller, or here (slot 6, bf16 only)
-        AmxRows own;
-        const AmxRows* r = prepared != nullptr && prepared->a16 != nullptr ? prepared : nullptr;
+    RowsFor use;
+    if (rows_for(kt, path, m, b,
+                 use)) {  // bf16-valued or coded rows: prepared by the caller, or here (slot 6, bf16 only)
+        if (use == RowsFor::kPackedTiles) use = RowsFor::kTiles;
+        Bf16Rows own;
+        const Bf16Rows* r = prepared != nullptr && prepared->a16 != nullptr ? prepared : nullptr;
         if (r == nullptr &&
-            amx_prepare_rows(kt, a, m, b.K, false, thread_scratch(6, amx_rows_floats(m, b.K, false)), own))
+            prepare_bf16_rows(kt, a, m, b.K, use, thread_scratch(6, bf16_rows_floats(m, b.K, use)), own))
             r = &own;
-        if (r != nullptr && b.quantized() && amx_quant_block(b, r->scales.group) > 0)
+        if (r != nullptr && path == GemmPath::kStream && kt.stream_quant(r->a16, r->scales, b, n, c)) return;
+        if (r != nullptr && path == GemmPath::kAmx && b.quantized() && promotion_block(b, r->scales.group) > 0)
             return kt.gemm_quant(r->a16, r->lda, m, r->scales, b, n, c, ldc, r->packed);
-        if (r != nullptr && !b.quantized() && r->scales.s == nullptr)
+        if (r != nullptr && path == GemmPath::kAmx && !b.quantized() && r->scales.s == nullptr)
             return kt.gemm_bf16(r->a16, r->lda, m, b, n, c, ldc, b.transposed ? nullptr : r->packed);
     }
     const auto stream = [&] {
@@ -230,7 +247,7 @@ void dense_gemm(const float* A, const void* B, DType b_dtype, float* C, int64_t 
     const int64_t tn = (N + nb - 1) / nb;
     // AMX: each row block converted once for all its column tasks (as the experts path prepares each expert's rows),
     // in chunks of 64 rows so that every thread converts.
-    std::vector<AmxRows> prepared;
+    std::vector<Bf16Rows> prepared;
     thread_local FloatBuffer buf;
     if (path == GemmPath::kAmx) {
         const int64_t lda = amx_lda(K), block_floats = amx_padded_rows(kMc) * lda / 2, chunk = 64;
@@ -251,7 +268,7 @@ void dense_gemm(const float* A, const void* B, DType b_dtype, float* C, int64_t 
             }
         });
         if (bf16_values)
-            for (int64_t i = 0; i < tm; ++i) prepared.push_back(AmxRows{a16 + i * block_floats * 2, lda, nullptr});
+            for (int64_t i = 0; i < tm; ++i) prepared.push_back(Bf16Rows{a16 + i * block_floats * 2, lda, nullptr});
     }
     parallel_for(tm * tn, threads, [&](int64_t task) {
         const int64_t i = task / tn, r0 = M * i / tm, r1 = M * (i + 1) / tm;

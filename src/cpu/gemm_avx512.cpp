@@ -6,6 +6,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -239,11 +240,6 @@ void micro_bf16_avx512(const uint16_t* a, int64_t lda, int mr, int64_t k0, const
     bf16_rows<1>(a, lda, mr, k0, panel, kc, c, ldc, nr, acc);
 }
 
-namespace {
-
-// A's rows as bf16 (dst[r * ldd + k], zero-padded to an even length) when every value is one (low 16 bits zero).
-}  // namespace
-
 bool rows_bf16_avx512(const float* const* a, int64_t m, int64_t K, uint16_t* dst, int64_t ldd) {
     __m512i low = _mm512_setzero_si512();
     for (int64_t r = 0; r < m; ++r) {
@@ -256,6 +252,37 @@ bool rows_bf16_avx512(const float* const* a, int64_t m, int64_t K, uint16_t* dst
         }
         for (int64_t k = K; k < ldd; ++k) out[k] = 0;
         if (_mm512_test_epi32_mask(low, _mm512_set1_epi32(0xffff)) != 0) return false;
+    }
+    return true;
+}
+
+// Rounded activation rows taken apart into their e4m3 codes as bf16 (kernels.h rows_codes): vcvtneps2bf16 of
+// value / scale is the code when the value is one (checked by multiplying back).
+__attribute__((target("avx512bf16"))) bool rows_codes_avx512(const float* const* a, const float* const* s, int64_t m,
+                                                             int64_t K, int64_t group, uint16_t* dst, int64_t ldd,
+                                                             float* st, int64_t ldst) {
+    const int64_t groups = (K + group - 1) / group;
+    for (int64_t r = 0; r < m; ++r) {
+        uint16_t* out = dst + r * ldd;
+        __mmask16 bad = 0;
+        for (int64_t g = 0; g < groups; ++g) {
+            const float scale = s[r][g];
+            st[g * ldst + r] = scale;
+            const __m512 sv = _mm512_set1_ps(scale), inv = _mm512_set1_ps(scale != 0.0f ? 1.0f / scale : 0.0f);
+            const int64_t k1 = std::min(K, (g + 1) * group);
+            for (int64_t k = g * group; k < k1; k += 16) {
+                const int64_t left = std::min<int64_t>(k1 - k, 16);
+                const __mmask16 mk = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
+                const __m512 v = _mm512_maskz_loadu_ps(mk, a[r] + k);
+                const auto code = (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(v, inv));  // RNE: the code, if v is one
+                const __m512 back =
+                    _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(code), 16)), sv);
+                bad |= _mm512_mask_cmp_ps_mask(mk, back, v, _CMP_NEQ_UQ);
+                _mm256_mask_storeu_epi16(out + k, mk, code);
+            }
+        }
+        for (int64_t k = K; k < ldd; ++k) out[k] = 0;
+        if (bad != 0) return false;
     }
     return true;
 }

@@ -1,4 +1,4 @@
-// Quantized weights on AMX tiles (the amx table's gemm_quant and rows_codes): FP8 e4m3 and FP4 e2m1 rows decoded
+// Quantized weights on AMX tiles (the amx table's gemm_quant): FP8 e4m3 and FP4 e2m1 rows decoded
 // into bf16 panels inside the GEMM, the weight tiles' loop (amx_tiles.h), and DeepGEMM's promotion of each scale
 // block's f32 sums into C.
 //
@@ -153,7 +153,7 @@ void promote(const float* out, float* acc, const float* wf, const float* rs, int
 void gemm_quant_amx(const uint16_t* a, int64_t lda, int64_t m, const RowScales& rs, const WeightMat& b, int64_t n,
                     float* c, int64_t ldc, const uint32_t* packed) {
     const int64_t K = b.K, K32 = (K + 31) / 32 * 32, m16 = (m + 15) / 16 * 16, group = K32 / 2 * 16;
-    const int64_t pb = amx_quant_block(b, rs.s ? rs.group : 0);  // gemm_rows calls only where it is > 0
+    const int64_t pb = promotion_block(b, rs.s ? rs.group : 0);  // gemm_rows calls only where it is > 0
     const bool whole = pb >= K;                                  // one factor per output, at the end
     const uint32_t* x = weight_tile_rows(a, lda, m16, K32, packed);
     // k blocks of weight_tile_k's size or less, holding whole scale blocks where they are promoted
@@ -197,34 +197,6 @@ void gemm_quant_amx(const uint16_t* a, int64_t lda, int64_t m, const RowScales& 
         }
     }
     _tile_release();
-}
-
-bool rows_codes_amx(const float* const* a, const float* const* s, int64_t m, int64_t K, int64_t group, uint16_t* dst,
-                    int64_t ldd, float* st, int64_t ldst) {
-    const int64_t groups = (K + group - 1) / group;
-    for (int64_t r = 0; r < m; ++r) {
-        uint16_t* out = dst + r * ldd;
-        __mmask16 bad = 0;
-        for (int64_t g = 0; g < groups; ++g) {
-            const float scale = s[r][g];
-            st[g * ldst + r] = scale;
-            const __m512 sv = _mm512_set1_ps(scale), inv = _mm512_set1_ps(scale != 0.0f ? 1.0f / scale : 0.0f);
-            const int64_t k1 = std::min(K, (g + 1) * group);
-            for (int64_t k = g * group; k < k1; k += 16) {
-                const int64_t left = std::min<int64_t>(k1 - k, 16);
-                const __mmask16 mk = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
-                const __m512 v = _mm512_maskz_loadu_ps(mk, a[r] + k);
-                const auto code = (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(v, inv));  // RNE: the code, if v is one
-                const __m512 back =
-                    _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(code), 16)), sv);
-                bad |= _mm512_mask_cmp_ps_mask(mk, back, v, _CMP_NEQ_UQ);
-                _mm256_mask_storeu_epi16(out + k, mk, code);
-            }
-        }
-        for (int64_t k = K; k < ldd; ++k) out[k] = 0;
-        if (bad != 0) return false;
-    }
-    return true;
 }
 
 }  // namespace moex::cpu

@@ -45,11 +45,11 @@ struct KernelTable {
     float (*abs_max)(const float* src, int64_t n);
     // Element-wise gate of one row: h[i] = round(f(g[i], u[i])) for i < n (gate.h says which f).
     void (*gate_row)(const GateOp& op, const float* g, const float* u, int64_t n, float* h);
-    // bf16 B against A whose every value is a bf16 (vdpbf16ps; null in tables without AVX512_BF16). rows_bf16: A's
-    // rows as bf16 (dst[r*ldd + k], ldd even, zero past K up to ldd), false when some value is not a bf16.
-    // pack_b_bf16: B as panels [ceil(n/16)][ceil(kc/2)][16] of k pairs (k0 + 2j low, k0 + 2j + 1 high, zeros past n and
-    // kc), k0 even. micro_bf16: the tile on them (A row r at a + r*lda), each element summed in pair order, the odd k
-    // of each pair first (gemm_avx512.cpp), from C (acc) or 0.
+    // bf16 B against A whose every value is a bf16 (vdpbf16ps; null in tables without AVX512_BF16, micro_bf16 only in
+    // the avx512_bf16 table). rows_bf16: A's rows as bf16 (dst[r*ldd + k], ldd even, zero past K up to ldd), false when
+    // some value is not a bf16. pack_b_bf16: B as panels [ceil(n/16)][ceil(kc/2)][16] of k pairs (k0 + 2j low, k0 + 2j
+    // + 1 high, zeros past n and kc), k0 even. micro_bf16: the tile on them (A row r at a + r*lda), each element summed
+    // in pair order, the odd k of each pair first (gemm_avx512.cpp), from C (acc) or 0.
     bool (*rows_bf16)(const float* const* a, int64_t m, int64_t K, uint16_t* dst, int64_t ldd);
     void (*pack_b_bf16)(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, uint32_t* dst);
     void (*micro_bf16)(const uint16_t* a, int64_t lda, int mr, int64_t k0, const uint32_t* panel, int64_t kc, float* c,
@@ -65,14 +65,20 @@ struct KernelTable {
     // Quantized B (rows layout) on AMX tiles (null but in the amx table): C (m, n) = A·Bᵀ with A's rows as gemm_bf16
     // takes them, each either all bf16 values (rs.s null) or e4m3 codes whose values are code * scale (rs, from
     // rows_codes). B's rows are decoded into bf16 panels inside the GEMM (FP8 codes, FP4 codes times their block
-    // scale: exact), and each k block of amx_quant_block(b, rs.group) is summed on the tiles from zero, then added
+    // scale: exact), and each k block of promotion_block(b, rs.group) is summed on the tiles from zero, then added
     // into C's f32 sum times (weight scale x row scale): DeepGEMM's promotion (gemm_quant_amx.cpp). Each element's bits
     // depend on (K, the scales' blocks) only: the same for any task or row split.
     void (*gemm_quant)(const uint16_t* a, int64_t lda, int64_t m, const RowScales& rs, const WeightMat& b, int64_t n,
                        float* c, int64_t ldc, const uint32_t* packed);
-    // Rounded activation rows (act_quant.h) taken apart for gemm_quant: dst[r * ldd + k] = a[r][k] / s[r][k / group] as
-    // a bf16 (zero past K up to ldd), st[g * ldst + r] = s[r][g]; false when some value is not exactly that code times
-    // its scale (the caller then runs the f32 kernels).
+    // FP8 B (rows layout) against one row of A on vdpbf16ps (null in tables without AVX512_BF16): c[j] = a·B(j) for
+    // j < n with a as gemm_quant takes its rows (bf16 values, or codes times rs) readable up to K, the codes decoded to
+    // bf16 in registers, each k block of promotion_block(b, rs.group) summed from zero and added into the f32 total
+    // times (weight scale x row scale) (stream_quant_avx512.cpp). Each element's bits depend on (K, the scales'
+    // blocks) only. Returns false for what it does not cover (FP4, transposed, K or the block not a multiple of 64).
+    bool (*stream_quant)(const uint16_t* a, const RowScales& rs, const WeightMat& b, int64_t n, float* c);
+    // Rounded activation rows (act_quant.h) taken apart for gemm_quant and stream_quant: dst[r * ldd + k] = a[r][k] /
+    // s[r][k / group] as a bf16 (zero past K up to ldd), st[g * ldst + r] = s[r][g]; false when some value is not
+    // exactly that code times its scale (the caller then runs the f32 kernels).
     bool (*rows_codes)(const float* const* a, const float* const* s, int64_t m, int64_t K, int64_t group, uint16_t* dst,
                        int64_t ldd, float* st, int64_t ldst);
     // Tables with gemm_bf16: bf16 x bf16 tasks of at least this many rows take it instead of the streaming kernel
@@ -82,11 +88,11 @@ struct KernelTable {
     int64_t gemm_quant_from_rows;
 };
 
-// The k block of gemm_quant's promotion for quantized B against rows scaled per `row_group` k values (0: rows not
-// scaled): the weights' scale block along k (FP8; FP4's block scales are exact in the bf16 panels) or row_group,
-// whichever is shorter; b.K when one sum over all of K suffices (one scale along k), 0 when the blocks are not whole
-// 32-k tiles or do not nest (the f32 kernels then run).
-inline int64_t amx_quant_block(const WeightMat& b, int64_t row_group) {
+// The k block of gemm_quant's and stream_quant's promotion for quantized B against rows scaled per `row_group` k values
+// (0: rows not scaled): the weights' scale block along k (FP8; FP4's block scales are exact in the bf16 panels) or
+// row_group, whichever is shorter; b.K when one sum over all of K suffices (one scale along k), 0 when the blocks are
+// not whole 32-k tiles or do not nest (the f32 kernels then run).
+inline int64_t promotion_block(const WeightMat& b, int64_t row_group) {
     const int64_t wk = b.q.format == QuantFormat::kFp8 && b.q.bk < b.K ? b.q.bk : b.K;
     const int64_t rk = row_group > 0 && row_group < b.K ? row_group : b.K;
     const int64_t pb = wk < rk ? wk : rk;

@@ -22,6 +22,11 @@ bool rows_bf16_avx512(const float* const* a, int64_t m, int64_t K, uint16_t* dst
 void pack_b_bf16_avx512(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, uint32_t* dst);
 void micro_bf16_avx512(const uint16_t* a, int64_t lda, int mr, int64_t k0, const uint32_t* panel, int64_t kc, float* c,
                        int64_t ldc, int nr, bool acc);
+// AVX512_BF16 (called only where the CPU has it): rounded rows as codes (gemm_avx512.cpp), the FP8 decode GEMV on
+// vdpbf16ps (stream_quant_avx512.cpp).
+bool rows_codes_avx512(const float* const* a, const float* const* s, int64_t m, int64_t K, int64_t group, uint16_t* dst,
+                       int64_t ldd, float* st, int64_t ldst);
+bool stream_quant_avx512(const uint16_t* a, const RowScales& rs, const WeightMat& b, int64_t n, float* c);
 void round_e4m3_avx512(const float* src, float* dst, int64_t n, float q, bool divide, float s);  // act_quant_avx512.cpp
 float abs_max_avx512(const float* src, int64_t n);
 // The AMX kernels (gemm_amx.cpp), called only after the checks below.
@@ -31,8 +36,6 @@ void gemm_bf16_amx(const uint16_t* a, int64_t lda, int64_t m, const WeightMat& b
 // The quantized AMX kernels (gemm_quant_amx.cpp), likewise.
 void gemm_quant_amx(const uint16_t* a, int64_t lda, int64_t m, const RowScales& rs, const WeightMat& b, int64_t n,
                     float* c, int64_t ldc, const uint32_t* packed);
-bool rows_codes_amx(const float* const* a, const float* const* s, int64_t m, int64_t K, int64_t group, uint16_t* dst,
-                    int64_t ldd, float* st, int64_t ldst);
 
 namespace {
 
@@ -135,6 +138,8 @@ const KernelTable* avx512_kernels() {
         t.stream = stream_avx512, t.micro = micro_avx512, t.micro_direct = micro_direct_avx512;
         t.stream_fused = stream_fused_avx512;
         t.round_e4m3 = round_e4m3_avx512, t.abs_max = abs_max_avx512;
+        if (__builtin_cpu_supports("avx512bf16"))  // FP8 decode on vdpbf16ps (Cooper Lake, Sapphire Rapids, Zen 4)
+            t.rows_bf16 = rows_bf16_avx512, t.rows_codes = rows_codes_avx512, t.stream_quant = stream_quant_avx512;
         return t;
     }();
     return ok ? &table : nullptr;
@@ -184,7 +189,7 @@ const KernelTable* amx_kernels() {
         KernelTable t = avx512_kernels() ? *avx512_kernels() : kScalarTable;
         t.name = "amx";
         t.rows_bf16 = rows_bf16_avx512, t.pack_b_bf16 = pack_b_bf16_avx512, t.gemm_bf16 = gemm_bf16_amx;
-        t.gemm_quant = gemm_quant_amx, t.rows_codes = rows_codes_amx;
+        t.gemm_quant = gemm_quant_amx, t.rows_codes = rows_codes_avx512;
         t.gemm_bf16_from_rows = kAmxFromRows, t.gemm_quant_from_rows = kAmxQuantFromRows;
         if (const char* env = std::getenv("MOEX_CPU_AMX_FROM_ROWS"); env != nullptr && std::atoll(env) > 0)
             t.gemm_bf16_from_rows = std::atoll(env);

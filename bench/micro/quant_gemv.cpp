@@ -1,0 +1,81 @@
+// The CPU's quantized decode GEMVs alone, one thread: the f32 route (the table's stream_fused) against the FP8 decode
+// GEMV on vdpbf16ps (stream_quant), on FP8 weights with 128 x 128 float scales, from L2 (one matrix read again and
+// again) and from DRAM (matrices of a large set in turn). Prints the weight bytes read per second of each.
+// Usage: moex_quant_gemv_micro [K=2048] [n=768] [m=1] [set_mib=1024] [seconds=1]
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "moex/dtype.h"
+#include "src/cpu/gemm.h"
+#include "src/cpu/kernels.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+template <class F>
+double rate(double bytes_per_call, double seconds, F&& call) {
+    call(0);
+    int64_t calls = 0;
+    const auto t0 = Clock::now();
+    double t = 0;
+    while (t < seconds) {
+        call(calls++);
+        t = std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    return bytes_per_call * double(calls) / t / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    using namespace moex;
+    const int64_t K = argc > 1 ? std::atoll(argv[1]) : 2048, n = argc > 2 ? std::atoll(argv[2]) : 768;
+    const int64_t m = argc > 3 ? std::atoll(argv[3]) : 1, set_mib = argc > 4 ? std::atoll(argv[4]) : 1024;
+    const double seconds = argc > 5 ? std::atof(argv[5]) : 1.0;
+    const cpu::KernelTable& kt = cpu::kernels();
+    if (kt.stream_fused == nullptr || kt.stream_quant == nullptr) {
+        std::printf("table %s has no stream_fused or no stream_quant: nothing to compare\n", kt.name);
+        return 1;
+    }
+    const int64_t bytes = n * K, mats = std::max<int64_t>(1, set_mib * (int64_t(1) << 20) / bytes);
+    std::vector<uint8_t> codes(size_t(mats * bytes));
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal;
+    for (auto& c : codes) c = f32_to_fp8e4m3(std::clamp(normal(rng) * 100.0f, -448.0f, 448.0f));  // amax / 448 scaling
+    const int64_t sld = (K + 127) / 128;
+    std::vector<float> scales(size_t(mats * ((n + 127) / 128) * sld));
+    for (auto& s : scales) s = 0.001f * float(1 + rng() % 1000);
+    auto weights = [&](int64_t i) {
+        cpu::WeightMat w{codes.data() + i * bytes, DType::kFP8E4M3, false, K, K};
+        w.q = cpu::WeightQuant{
+            QuantFormat::kFp8, scales.data() + i * ((n + 127) / 128) * sld, DType::kF32, sld, 128, 128, 0, 1.0f};
+        return w;
+    };
+    std::vector<float> a(size_t(m * K)), c(size_t(m * n));
+    for (auto& v : a) v = bf16_to_f32(f32_to_bf16(std::normal_distribution<float>()(rng)));
+    std::vector<const float*> rows;
+    for (int64_t r = 0; r < m; ++r) rows.push_back(a.data() + r * K);
+    std::vector<float> buf(size_t(cpu::bf16_rows_floats(m, K, cpu::RowsFor::kStream) + 16));
+    cpu::Bf16Rows prepared;
+    if (!cpu::prepare_bf16_rows(kt, rows.data(), m, K, cpu::RowsFor::kStream, buf.data(), prepared)) return 1;
+    auto f32 = [&](int64_t i) { kt.stream_fused(rows.data(), m, weights(i), n, c.data(), n); };
+    auto bf16 = [&](int64_t i) {
+        for (int64_t r = 0; r < m; ++r)
+            kt.stream_quant(prepared.a16 + r * prepared.lda, prepared.scales, weights(i), n, c.data() + r * n);
+    };
+    std::printf("table %s, K %lld, n %lld, m %lld, %lld matrices of %.2f MiB\n", kt.name, (long long)K, (long long)n,
+                (long long)m, (long long)mats, double(bytes) / (1 << 20));
+    std::printf("L2    stream_fused (f32) %6.2f GB/s   stream_quant (vdpbf16ps) %6.2f GB/s\n",
+                rate(double(bytes), seconds, [&](int64_t) { f32(0); }),
+                rate(double(bytes), seconds, [&](int64_t) { bf16(0); }));
+    std::printf("DRAM  stream_fused (f32) %6.2f GB/s   stream_quant (vdpbf16ps) %6.2f GB/s\n",
+                rate(double(bytes), seconds, [&](int64_t i) { f32(i % mats); }),
+                rate(double(bytes), seconds, [&](int64_t i) { bf16(i % mats); }));
+    return 0;
+}
