@@ -16,10 +16,10 @@ shellcheck -x "${scripts[@]}" || fail=1
 
 # includes_of FOLDER: "file: included path" for every quoted include under FOLDER.
 includes_of() { git ls-files "$1" | grep -E '\.(cpp|h|cu|cuh)$' | xargs -r grep -Ho '#include "[^"]*"' | sed 's/#include "//; s/"$//'; }
-# forbid FOLDER REGEX WHY: no file under FOLDER includes a path matching REGEX.
+# forbid FOLDER REGEX WHY [SKIP]: no file under FOLDER (but those whose path matches SKIP) includes a path matching REGEX.
 forbid() {
     local bad
-    bad=$(includes_of "$1" | awk -F: -v re="$2" '$2 ~ re')
+    bad=$(includes_of "$1" | awk -F: -v re="$2" -v skip="${4:-^$}" '$2 ~ re && $1 !~ skip')
     if [[ -n $bad ]]; then
         echo "check_style: $3:"
         echo "  ${bad//$'\n'/$'\n'  }"
@@ -32,7 +32,9 @@ forbid cuda '^(src|tools|bench|common|tests)/|^moex/(tensor|experts|backend|mode
 forbid src '^(tools|bench|common|tests)/' "the library does not include the programs or the tests"
 forbid common '^(src|cuda|tools|bench|tests)/' "common/ uses the public API only"
 forbid tools '^(src|tests)/|^cuda/(experts|gemm|routing|model)/' "the programs use the public API, common/ and cuda's memory/timing"
-forbid bench '^tests/|^src/([^c]|c[^p]|cp[^u]|cpu/[^gp])' "bench/ is white-box for src/cpu/gemm.h and placement.h only"
+forbid bench '^tests/|^src/([^c]|c[^p]|cp[^u]|cpu/[^gp])' "bench/ is white-box for src/cpu/gemm.h and placement.h only" \
+    '^bench/micro/'
+forbid bench/micro '^tests/|^src/([^c]|c[^p]|cp[^u])' "bench/micro/ times single kernels: white-box for src/cpu/ only"
 outside_io=$(git ls-files src | grep -v '^src/io/' | grep -E '\.(cpp|h)$' | xargs grep -l '"src/io/safetensors_header.h"' || true)
 [[ -z $outside_io ]] || { echo "check_style: src/io/safetensors_header.h is internal to src/io: $outside_io"; fail=1; }
 python3 scripts/check_pdl.py || fail=1  # every kernel launched with PDL waits first (cuda/common/pdl.cuh)
