@@ -14,6 +14,7 @@
 #include "src/cpu/config.h"
 #include "src/cpu/gemm.h"
 #include "src/cpu/kernels.h"
+#include "tests/test_support.h"
 
 namespace moex::cpu {
 namespace {
@@ -37,11 +38,7 @@ const Case kAmxCases[] = {{100, 300, 1100, false}, {77, 130, 1025, true},  {33, 
                           {6, 300, 700, true},     {64, 200, 256, false},  {29, 32, 513, false},
                           {53, 71, 129, true},     {420, 70, 2100, false}, {150, 70, 5000, false}};
 
-// Where the AMX tests cannot run: null when they can.
-const char* amx_skip() {
-    static std::string why = amx_why_not() ? std::string("no AMX here: ") + amx_why_not() : "";
-    return why.empty() ? nullptr : why.c_str();
-}
+using test::amx_skip;
 
 // MOEX_CPU_KERNELS=amx (the amx: tests of tests/CMakeLists.txt) on a machine without AMX would run the avx512 table
 // under AMX's name: skip every test instead, with the reason.

@@ -22,11 +22,6 @@
 namespace moex::test {
 namespace {
 
-const char* amx_skip() {
-    static const std::string why = cpu::amx_why_not() ? std::string("no AMX here: ") + cpu::amx_why_not() : "";
-    return why.empty() ? nullptr : why.c_str();
-}
-
 struct QScheme {
     const char* name;
     QuantFormat format;

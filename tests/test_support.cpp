@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "moex/error.h"
+#include "src/cpu/kernels.h"
 
 namespace moex::test {
 namespace {
@@ -351,6 +352,11 @@ std::string temp_path(const std::string& stem) {
     static Folder folder;
     static std::atomic<int> counter{0};
     return (folder.path / (std::to_string(counter++) + "_" + stem)).string();
+}
+
+const char* amx_skip() {
+    static const std::string why = cpu::amx_why_not() ? std::string("no AMX here: ") + cpu::amx_why_not() : "";
+    return why.empty() ? nullptr : why.c_str();
 }
 
 }  // namespace moex::test

@@ -122,6 +122,10 @@ std::string gtest_safe(std::string s);                      // non-alphanumerics
 // A path in a per-process temporary folder that is removed when the test program exits.
 std::string temp_path(const std::string& stem);
 
+// Why the AMX kernel tests cannot run here (no AMX-TILE + AMX-BF16, or the OS refuses the tile state), null when they
+// can.
+const char* amx_skip();
+
 // f() with the environment variable `name` set to `value` (a pipeline's A/B switch, for a twin run), unset after it,
 // also when f throws.
 template <class F>
