@@ -165,6 +165,16 @@ const KernelTable* avx512_bf16_kernels() {
 #endif
 }
 
+namespace {
+
+// A hand-over row count for tuning: the variable's positive value, else `fallback`.
+int64_t rows_from_env(const char* name, int64_t fallback) {
+    const char* env = std::getenv(name);
+    return env != nullptr && std::atoll(env) > 0 ? std::atoll(env) : fallback;
+}
+
+}  // namespace
+
 const char* amx_why_not() {
 #if defined(__x86_64__)
     static const char* why = [] {
@@ -190,11 +200,8 @@ const KernelTable* amx_kernels() {
         t.name = "amx";
         t.rows_bf16 = rows_bf16_avx512, t.pack_b_bf16 = pack_b_bf16_avx512, t.gemm_bf16 = gemm_bf16_amx;
         t.gemm_quant = gemm_quant_amx, t.rows_codes = rows_codes_avx512;
-        t.gemm_bf16_from_rows = kAmxFromRows, t.gemm_quant_from_rows = kAmxQuantFromRows;
-        if (const char* env = std::getenv("MOEX_CPU_AMX_FROM_ROWS"); env != nullptr && std::atoll(env) > 0)
-            t.gemm_bf16_from_rows = std::atoll(env);
-        if (const char* env = std::getenv("MOEX_CPU_AMX_QUANT_FROM_ROWS"); env != nullptr && std::atoll(env) > 0)
-            t.gemm_quant_from_rows = std::atoll(env);
+        t.gemm_bf16_from_rows = rows_from_env("MOEX_CPU_AMX_FROM_ROWS", kAmxFromRows);
+        t.gemm_quant_from_rows = rows_from_env("MOEX_CPU_AMX_QUANT_FROM_ROWS", kAmxQuantFromRows);
         return t;
     }();
     return amx_why_not() == nullptr ? &table : nullptr;
