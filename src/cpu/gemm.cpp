@@ -184,8 +184,8 @@ void gemm_rows(const KernelTable& kt, const float* const* a, int64_t m, const We
                int64_t ldc, bool gemv, const Bf16Rows* prepared) {
     const GemmPath path = gemm_path(kt, m, b, gemv);
     RowsFor use;
-    if (rows_for(kt, path, m, b,
-                 use)) {  // bf16-valued or coded rows: prepared by the caller, or here (slot 6, bf16 only)
+    if (rows_for(kt, path, m, b, use)) {
+        // bf16-valued or coded rows: prepared by the caller, or here (slot 6, bf16 values only)
         if (use == RowsFor::kPackedTiles) use = RowsFor::kTiles;
         Bf16Rows own;
         const Bf16Rows* r = prepared != nullptr && prepared->a16 != nullptr ? prepared : nullptr;

@@ -45,11 +45,12 @@ struct KernelTable {
     float (*abs_max)(const float* src, int64_t n);
     // Element-wise gate of one row: h[i] = round(f(g[i], u[i])) for i < n (gate.h says which f).
     void (*gate_row)(const GateOp& op, const float* g, const float* u, int64_t n, float* h);
-    // bf16 B against A whose every value is a bf16 (vdpbf16ps; null in tables without AVX512_BF16, micro_bf16 only in
-    // the avx512_bf16 table). rows_bf16: A's rows as bf16 (dst[r*ldd + k], ldd even, zero past K up to ldd), false when
-    // some value is not a bf16. pack_b_bf16: B as panels [ceil(n/16)][ceil(kc/2)][16] of k pairs (k0 + 2j low, k0 + 2j
-    // + 1 high, zeros past n and kc), k0 even. micro_bf16: the tile on them (A row r at a + r*lda), each element summed
-    // in pair order, the odd k of each pair first (gemm_avx512.cpp), from C (acc) or 0.
+    // bf16 B against A whose every value is a bf16 (vdpbf16ps; on AVX512_BF16 CPUs rows_bf16 is in the avx512,
+    // avx512_bf16 and amx tables, pack_b_bf16 in the last two, micro_bf16 in avx512_bf16 only). rows_bf16: A's rows as
+    // bf16 (dst[r*ldd + k], ldd even, zero past K up to ldd), false when some value is not a bf16. pack_b_bf16: B as
+    // panels [ceil(n/16)][ceil(kc/2)][16] of k pairs (k0 + 2j low, k0 + 2j + 1 high, zeros past n and kc), k0 even.
+    // micro_bf16: the tile on them (A row r at a + r*lda), each element summed in pair order, the odd k of each pair
+    // first (gemm_avx512.cpp), from C (acc) or 0.
     bool (*rows_bf16)(const float* const* a, int64_t m, int64_t K, uint16_t* dst, int64_t ldd);
     void (*pack_b_bf16)(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, uint32_t* dst);
     void (*micro_bf16)(const uint16_t* a, int64_t lda, int mr, int64_t k0, const uint32_t* panel, int64_t kc, float* c,
