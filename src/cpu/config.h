@@ -56,6 +56,12 @@ inline constexpr int64_t kAmxPackCols = 128, kAmxPackBytes = 512 << 10, kAmxRowB
 inline constexpr int64_t kAmxWeightTileMaxRows = 384;
 // Weight tiles keep A's packed rows of one k block within this many bytes (L2), the partial Cᵀ through scratch.
 inline constexpr int64_t kAmxWeightTileRowBytes = 1 << 20;
+// Weight tiles prefetch the next 32 weight rows (T0, one line of each per k step) only when a row is shorter than this:
+// longer rows are long sequential streams the core's prefetchers follow, and the software prefetch then cost time
+// (bench/RESULTS.md V5-V6: mixtral-8x7b's 8 and 28 KiB rows, T = 64: 148-163 -> 122 ms on the dev Xeon at 2 threads,
+// 29-31 -> 24-28 ms on the 16-core host), while qwen3-30b-a3b's 1.5 and 4 KiB rows keep it (T = 512: 5-10% slower
+// without it on the host).
+inline constexpr int64_t kAmxWeightTilePrefetchMaxRowBytes = 8192;
 // From this many rows a bf16 x bf16 task runs on the AMX tiles rather than the streaming GEMV (the amx table's
 // gemm_bf16_from_rows). With the packed tiles alone, 16 (one full A tile; bench/RESULTS.md C4: 8 or 4 rows lost to the
 // GEMV, +21% at mixtral T = 32, the packing being the cost); since the weight tiles read the weights in place, 8:

@@ -105,7 +105,8 @@ void run_block(const uint16_t* a, int64_t lda, const uint32_t* b0, int64_t panel
 
 // C (m, n) = A·Bᵀ on weight tiles: A's m bf16 rows (lda apart, readable to a multiple of 16 rows, zero to lda) packed
 // as [m16 / 16][K32 / 2][16] dwords, B's rows (not transposed) read in place. k blocks of kc keep the packed rows in L2
-// (the partial Cᵀ of a block goes through scratch between them); the next 32 weight rows are prefetched meanwhile.
+// (the partial Cᵀ of a block goes through scratch between them); the next 32 weight rows are prefetched meanwhile where
+// rows are short.
 void gemm_weight_tiles(const uint16_t* a, int64_t lda, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc,
                        const uint32_t* packed) {
     const int64_t K = b.K, K32 = (K + 31) / 32 * 32, m16 = (m + 15) / 16 * 16, group = K32 / 2 * 16;
@@ -141,7 +142,8 @@ void gemm_weight_tiles(const uint16_t* a, int64_t lda, int64_t m, const WeightMa
                 tl = tail;
             }
             // the next block's weight rows (next 32 rows, or the next k block's first), prefetched by the first pass
-            const bool more = nr + 32 < n || !last_k;
+            // where the rows are short (config.h kAmxWeightTilePrefetchMaxRowBytes)
+            const bool more = (nr + 32 < n || !last_k) && b.ld * 2 < kAmxWeightTilePrefetchMaxRowBytes;
             const char* pf = nullptr;
             if (more) {
                 const int64_t pn = nr + 32 < n ? nr + 32 : 0, pk = nr + 32 < n ? k0 : k0 + kcc;
