@@ -37,8 +37,8 @@ namespace {
 
 constexpr int kTileRows = 8;     // rows of B per tile: 8 block sums and 8 totals in zmm beside the tables and A
 constexpr int kMaxBlocks = 512;  // promotion blocks per row a tile keeps (K / block); more: the f32 route
-// Prefetch distance: each row of a tile fetches the same bytes of the row at least kAhead bytes and a whole number of
-// tiles further on, into L2 (stream_fused_avx512.cpp measured the scheme).
+// Prefetch distance: each stream fetches the same bytes of a row a whole number of rows further on, at least kAhead
+// bytes over all kTileRows streams, into L2 (2-32 KiB measured within the noise, bench/RESULTS.md V2).
 constexpr int64_t kAhead = 8192;
 
 // The bf16 of each e4m3 magnitude (codes 0-127) as two 128-byte tables, its high bytes and its low bytes, each in two
