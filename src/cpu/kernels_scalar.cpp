@@ -125,7 +125,7 @@ const KernelTable* avx2_kernels() {
 
 // The AVX2 table with the AVX-512 f32 tile (12 x 32: the AVX2 tile's fma chains, so its bits), the AVX-512 decode
 // GEMV (two rows of B per zmm, each half the AVX2 dot kernel's lanes: its bits), quantized decode GEMV and activation
-// rounding (the scalar codecs' bits).
+// rounding (the scalar codecs' bits), and on AVX512_BF16 CPUs the one-row FP8 decode GEMV on vdpbf16ps.
 const KernelTable* avx512_kernels() {
 #if defined(__x86_64__) || defined(__i386__)
     static const bool ok = avx2_kernels() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
