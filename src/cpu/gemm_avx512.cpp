@@ -271,8 +271,7 @@ __attribute__((target("avx512bf16"))) bool rows_codes_avx512(const float* const*
             const __m512 sv = _mm512_set1_ps(scale), inv = _mm512_set1_ps(scale != 0.0f ? 1.0f / scale : 0.0f);
             const int64_t k1 = std::min(K, (g + 1) * group);
             for (int64_t k = g * group; k < k1; k += 16) {
-                const int64_t left = std::min<int64_t>(k1 - k, 16);
-                const __mmask16 mk = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
+                const __mmask16 mk = lanes16(int(std::min<int64_t>(k1 - k, 16)));
                 const __m512 v = _mm512_maskz_loadu_ps(mk, a[r] + k);
                 const auto code = (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(v, inv));  // RNE: the code, if v is one
                 const __m512 back =
