@@ -59,6 +59,35 @@ class QuantWeights {
     cpu::WeightMat w_;
 };
 
+// FP8 weights for the every-code tests: n rows of K codes under a per-tensor scale of 1, row j holding codes
+// (k + 37 j) mod 256 with the NaN codes zeroed, the last row one NaN code `nan` at k = 5 among zeros (0 x NaN is NaN:
+// every output of that row). Not copyable: w points into it.
+struct EveryFp8Code {
+    const int64_t n, K;
+    std::vector<uint8_t> codes;
+    const float one = 1.0f;
+    cpu::WeightMat w;
+    EveryFp8Code(int64_t n_, int64_t K_, uint8_t nan) : n(n_), K(K_), codes(size_t(n_ * K_)) {
+        for (int64_t j = 0; j < n; ++j)
+            for (int64_t k = 0; k < K; ++k) {
+                const uint8_t code = uint8_t((k + 37 * j) & 255);
+                codes[size_t(j * K + k)] = j == n - 1 ? (k == 5 ? nan : 0) : (code & 0x7f) == 0x7f ? 0 : code;
+            }
+        w = cpu::WeightMat{codes.data(), DType::kFP8E4M3, false, K, K};
+        w.q = cpu::WeightQuant{QuantFormat::kFp8, &one, DType::kF32, 1, int64_t(1) << 40, int64_t(1) << 40, 0, 1.0f};
+    }
+    EveryFp8Code(const EveryFp8Code&) = delete;
+    EveryFp8Code& operator=(const EveryFp8Code&) = delete;
+    // Output (j, k) of a one-hot row k is weight (j, k) exactly (a -0 code as +0: a sum with +0 products), NaN in the
+    // last row.
+    ::testing::AssertionResult decodes(int64_t j, int64_t k, float got) const {
+        const uint8_t code = codes[size_t(j * K + k)];
+        const float want = j == n - 1 ? std::numeric_limits<float>::quiet_NaN() : fp8e4m3_to_f32(code);
+        if (std::isnan(want) ? std::isnan(got) : got == want) return ::testing::AssertionSuccess();
+        return ::testing::AssertionFailure() << "e4m3 code " << int(code) << ": " << got << " want " << want;
+    }
+};
+
 // A rows: bf16 values, or (scaled) rounded to e4m3 per `group` k with amax / 448 scales as act_quant.h does.
 struct Rows {
     std::vector<float> a, s;  // (m, K), (m, groups)
@@ -84,6 +113,25 @@ struct Rows {
     const float* row(int64_t r) const { return a.data() + r * K; }
     const float* scales(int64_t r) const { return s.empty() ? nullptr : s.data() + r * groups; }
 };
+
+// Whether got is within 1e-5 of Σ|w·a| of the float64 product of x's row r with the dequantized weight row j of d
+// (rows of x.K values).
+bool near_float64(const std::vector<float>& d, int64_t j, const Rows& x, int64_t r, float got) {
+    double ref = 0, mag = 0;
+    for (int64_t k = 0; k < x.K; ++k) {
+        const double p = double(d[size_t(j * x.K + k)]) * double(x.a[size_t(r * x.K + k)]);
+        ref += p, mag += std::fabs(p);
+    }
+    return std::fabs(double(got) - ref) <= 1e-5 * mag + 1e-30;
+}
+
+// K one-hot rows of K values: row r picks each weight row's element r (the every-code tests).
+Rows one_hot_rows(int64_t K) {
+    Rows x(K, K, 0, 0);
+    std::fill(x.a.begin(), x.a.end(), 0.0f);
+    for (int64_t r = 0; r < K; ++r) x.a[size_t(r * K + r)] = 1.0f;
+    return x;
+}
 
 // C (m, n) of rows [r0, r1) through gemm_rows on the amx table with the rows prepared as the experts path does.
 std::vector<float> amx_gemm(const Rows& x, int64_t r0, int64_t r1, const cpu::WeightMat& w, int64_t n) {
@@ -125,14 +173,7 @@ TEST(QuantAmx, GemmNearFloat64AndTheSameBitsForAnySplit) {
                 const std::vector<float> d = qw.dequantized(n + 3);
                 int64_t far = 0;
                 for (int64_t r = 0; r < m; ++r)
-                    for (int64_t j = 0; j < n; ++j) {
-                        double ref = 0, mag = 0;
-                        for (int64_t k = 0; k < sh.K; ++k) {
-                            const double p = double(d[size_t((j + 3) * sh.K + k)]) * double(x.a[size_t(r * sh.K + k)]);
-                            ref += p, mag += std::fabs(p);
-                        }
-                        far += !(std::fabs(double(c[size_t(r * n + j)]) - ref) <= 1e-5 * mag + 1e-30);
-                    }
+                    for (int64_t j = 0; j < n; ++j) far += !near_float64(d, j + 3, x, r, c[size_t(r * n + j)]);
                 EXPECT_EQ(far, 0) << what;
                 // rows in two parts (each still on the tiles), and columns from an odd offset: the same bits
                 const int64_t half = m / 2 + 1;
@@ -156,30 +197,11 @@ TEST(QuantAmx, GemmNearFloat64AndTheSameBitsForAnySplit) {
 TEST(QuantAmx, EveryCodeDecodesExactly) {
     if (amx_skip()) GTEST_SKIP() << amx_skip();
     const int64_t K = 256, m = K, n = 3;
-    std::vector<float> eye(size_t(m * K), 0.0f);
-    for (int64_t r = 0; r < m; ++r) eye[size_t(r * K + r)] = 1.0f;
-    Rows x(m, K, 0, 0);
-    x.a = eye;
-    // FP8: row j holds codes (k + 37 j) mod 256, per-tensor scale 1; the NaN codes in a row of their own (0 x NaN is
-    // NaN: every output of that row)
-    std::vector<uint8_t> codes(size_t(n * K));
+    const Rows x = one_hot_rows(K);
+    const EveryFp8Code f8(n, K, 0xff);
+    std::vector<float> c = amx_gemm(x, 0, m, f8.w, n);
     for (int64_t j = 0; j < n; ++j)
-        for (int64_t k = 0; k < K; ++k) {
-            const uint8_t code = uint8_t((k + 37 * j) & 255);
-            codes[size_t(j * K + k)] = j == n - 1 ? (k == 5 ? 0xff : 0) : (code & 0x7f) == 0x7f ? 0 : code;
-        }
-    const float one = 1.0f;
-    cpu::WeightMat w{codes.data(), DType::kFP8E4M3, false, K, K};
-    w.q = cpu::WeightQuant{QuantFormat::kFp8, &one, DType::kF32, 1, int64_t(1) << 40, int64_t(1) << 40, 0, 1.0f};
-    std::vector<float> c = amx_gemm(x, 0, m, w, n);
-    for (int64_t j = 0; j < n; ++j)
-        for (int64_t k = 0; k < K; ++k) {
-            const float want =
-                j == n - 1 ? std::numeric_limits<float>::quiet_NaN() : fp8e4m3_to_f32(codes[size_t(j * K + k)]);
-            const float got = c[size_t(k * n + j)];
-            EXPECT_TRUE(std::isnan(want) ? std::isnan(got) : got == want)  // -0 codes sum to +0, as in every path
-                << "e4m3 code " << int(codes[size_t(j * K + k)]) << ": " << got << " want " << want;
-        }
+        for (int64_t k = 0; k < K; ++k) EXPECT_TRUE(f8.decodes(j, k, c[size_t(k * n + j)]));
     // FP4: bytes (k / 2 + 5 j) mod 256, so each row sees every pair of codes; MXFP4 ue8m0 and NVFP4 e4m3 scales
     std::vector<uint8_t> packed(size_t(n * K / 2)), ue8m0(size_t(n * K / 32)), e4m3(size_t(n * K / 16));
     for (int64_t j = 0; j < n; ++j)
@@ -270,14 +292,7 @@ TEST(QuantStreamBf16, Fp8NearFloat64AndTheSameBitsForAnyColumns) {
                     const std::vector<float> c = stream_quant(*t, x, r, w, n, &ran);
                     ASSERT_TRUE(ran) << what;
                     int64_t far = 0;
-                    for (int64_t j = 0; j < n; ++j) {
-                        double ref = 0, mag = 0;
-                        for (int64_t k = 0; k < K; ++k) {
-                            const double p = double(d[size_t((j + 3) * K + k)]) * double(x.a[size_t(r * K + k)]);
-                            ref += p, mag += std::fabs(p);
-                        }
-                        far += !(std::fabs(double(c[size_t(j)]) - ref) <= 1e-5 * mag + 1e-30);
-                    }
+                    for (int64_t j = 0; j < n; ++j) far += !near_float64(d, j + 3, x, r, c[size_t(j)]);
                     EXPECT_EQ(far, 0) << what << " row " << r;
                     const std::vector<float> cols = stream_quant(*t, x, r, w.from_row(5), n - 5);
                     EXPECT_EQ(std::memcmp(cols.data(), c.data() + 5, size_t(n - 5) * 4), 0) << what << " columns";
@@ -304,26 +319,11 @@ TEST(QuantStreamBf16, EveryCodeDecodesExactly) {
     const cpu::KernelTable* t = stream_quant_table();
     if (t == nullptr) GTEST_SKIP() << "this CPU has no AVX-512 BF16";
     const int64_t K = 256, n = 11;
-    std::vector<uint8_t> codes(size_t(n * K));
-    for (int64_t j = 0; j < n; ++j)
-        for (int64_t k = 0; k < K; ++k) {
-            const uint8_t code = uint8_t((k + 37 * j) & 255);
-            codes[size_t(j * K + k)] = j == n - 1 ? (k == 5 ? 0x7f : 0) : (code & 0x7f) == 0x7f ? 0 : code;
-        }
-    const float one = 1.0f;
-    cpu::WeightMat w{codes.data(), DType::kFP8E4M3, false, K, K};
-    w.q = cpu::WeightQuant{QuantFormat::kFp8, &one, DType::kF32, 1, int64_t(1) << 40, int64_t(1) << 40, 0, 1.0f};
-    Rows x(K, K, 0, 0);
-    std::fill(x.a.begin(), x.a.end(), 0.0f);
-    for (int64_t r = 0; r < K; ++r) x.a[size_t(r * K + r)] = 1.0f;
+    const EveryFp8Code f8(n, K, 0x7f);
+    const Rows x = one_hot_rows(K);
     for (int64_t k = 0; k < K; ++k) {
-        const std::vector<float> c = stream_quant(*t, x, k, w, n);
-        for (int64_t j = 0; j < n; ++j) {
-            const float want =
-                j == n - 1 ? std::numeric_limits<float>::quiet_NaN() : fp8e4m3_to_f32(codes[size_t(j * K + k)]);
-            EXPECT_TRUE(std::isnan(want) ? std::isnan(c[size_t(j)]) : c[size_t(j)] == want)
-                << "e4m3 code " << int(codes[size_t(j * K + k)]) << ": " << c[size_t(j)] << " want " << want;
-        }
+        const std::vector<float> c = stream_quant(*t, x, k, f8.w, n);
+        for (int64_t j = 0; j < n; ++j) EXPECT_TRUE(f8.decodes(j, k, c[size_t(j)]));
     }
 }
 
