@@ -70,9 +70,10 @@ inline constexpr int64_t kAmxWeightTilePrefetchMaxRowBytes = 8192;
 // T = 8 +10%, from 1 every decode point +15-25%.
 inline constexpr int64_t kAmxFromRows = 8;
 // The same for quantized weights (the amx table's gemm_quant_from_rows): below it the AVX-512 GEMV decodes the codes
-// in registers (stream_fused). Dev Xeon, 2 threads (bench/RESULTS.md U2), ms from 8 / 16 / 25 rows (25: never below
-// the GEMV's 24): FP8 qwen3-30b-a3b T = 256 (16 rows an expert) 71 / 91 / 134, T = 128 (8) 67 / 72 / 83, mixtral-8x7b
-// T = 32 (8) 144 / 153 / 169; MXFP4 alike; from 4 rows qwen3 T = 64 and 96 lost 3-17% to 8.
+// in registers (stream_fused; FP8 against one row: stream_quant). Dev Xeon, 2 threads (bench/RESULTS.md U2), ms from 8
+// / 16 / 25 rows (25: never below the GEMV's 24): FP8 qwen3-30b-a3b T = 256 (16 rows an expert) 71 / 91 / 134, T = 128
+// (8) 67 / 72 / 83, mixtral-8x7b T = 32 (8) 144 / 153 / 169; MXFP4 alike; from 4 rows qwen3 T = 64 and 96 lost 3-17%
+// to 8.
 inline constexpr int64_t kAmxQuantFromRows = 8;
 // bf16 rows that AMX tiles load (A's rows, decoded weight panels): a multiple of 32 k (whole tiles) and an odd number
 // of 64-byte lines apart, so the 16 rows of a tile load fall in 16 different L1 sets (a power-of-two stride, K = 2048
