@@ -47,6 +47,10 @@ bool device_ready(std::string* why);
 // Runs one experts call with the given algorithm. kEager may synchronise the host; the others never do.
 void run_experts(const ExpertsArgs& args, Algo algo, void* stream);
 
+// How many calls so far took batched_mm's one-kernel decode path (cuda/experts/decode_stream.cuh): tests and the
+// bench check with it that the path they mean to measure ran.
+uint64_t decode_stream_calls();
+
 // The most device memory moex's workspace pool of the current device has held since the last reset
 // (cudaMemPoolAttrUsedMemHigh): around one synchronised call, that call's peak workspace. Calls recorded in a CUDA
 // graph allocate from the graph's memory instead and are not counted.

@@ -16,6 +16,7 @@
 #include <cstdlib>
 
 #include "cuda/experts/batched_config.h"
+#include "cuda/launch.h"
 #endif
 
 namespace moex::test {
@@ -70,7 +71,8 @@ struct GraphCase {
     const char* backend;
     int64_t T, H, I, E, k;
     Variant v;
-    bool pdl = true;  // batched_mm: programmatic dependent launch between its kernels (MOEX_PDL)
+    bool pdl = true;      // batched_mm: programmatic dependent launch between its kernels (MOEX_PDL)
+    bool stream = false;  // batched_mm: the one-kernel decode path (MOEX_DECODE_STREAM=1)
 };
 
 Variant make_variant(DType d, bool transposed, bool bias, bool concatenated, bool has_gate, Activation act,
@@ -93,8 +95,11 @@ std::vector<GraphCase> graph_cases() {
         cases.push_back({b, 33, 40, 24, 8, 2, ungated_f32});   // f32, ungated
     }
     cases.push_back({"batched_mm", 5, 64, 48, 8, 2, plain_bf16, false});  // the same without PDL edges
-    cases.push_back({"deepgemm", 5, 128, 128, 8, 2, plain_bf16});         // the TMA kernels, decode
-    cases.push_back({"deepgemm", 2100, 64, 48, 8, 2, plain_bf16});        // multi-kernel routing
+    const Variant interleaved_f16 = make_variant(DType::kF16, false, true, false, true, Activation::kGelu, true, false);
+    cases.push_back({"batched_mm", 5, 64, 48, 8, 2, plain_bf16, true, true});         // the one-kernel path
+    cases.push_back({"batched_mm", 12, 64, 48, 16, 4, interleaved_f16, true, true});  // 16-row tiles
+    cases.push_back({"deepgemm", 5, 128, 128, 8, 2, plain_bf16});                     // the TMA kernels, decode
+    cases.push_back({"deepgemm", 2100, 64, 48, 8, 2, plain_bf16});                    // multi-kernel routing
     return cases;
 }
 
@@ -116,9 +121,10 @@ TEST_P(CudaGraphReplay, NewRoutingInCapturedBuffers) {
     const GraphCase& c = GetParam();
     const Backend& backend = ExpertsInterface::global().get(c.backend);
     if (!c.pdl) setenv("MOEX_PDL", "0", 1);
+    if (c.stream) setenv("MOEX_DECODE_STREAM", "1", 1);
     struct Unset {
-        ~Unset() { unsetenv("MOEX_PDL"); }
-    } unset_pdl;
+        ~Unset() { unsetenv("MOEX_PDL"), unsetenv("MOEX_DECODE_STREAM"); }
+    } unset_env;
     HostProblem first(c.T, c.H, c.I, c.E, c.k, c.v, 77);
     HostProblem second(c.T, c.H, c.I, c.E, c.k, c.v, 77);  // same data (drawn first), then a new routing
     reroute(second, c.T, c.E, c.k);
@@ -134,8 +140,10 @@ TEST_P(CudaGraphReplay, NewRoutingInCapturedBuffers) {
     CU(cudaDeviceSynchronize());  // place() copied on the legacy stream, which a non-blocking stream does not wait for
     RunOptions opts;
     opts.cuda_stream = stream;
+    const uint64_t stream_calls = cuda::decode_stream_calls();
     backend.run(dp, out.view(), opts);  // eager warm-up: lazy initialisation stays outside the graph
     CU(cudaStreamSynchronize(stream));
+    if (c.stream) ASSERT_EQ(cuda::decode_stream_calls(), stream_calls + 1) << "the one-kernel path did not run";
 
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
@@ -172,7 +180,8 @@ TEST_P(CudaGraphReplay, NewRoutingInCapturedBuffers) {
 
 INSTANTIATE_TEST_SUITE_P(All, CudaGraphReplay, ::testing::ValuesIn(graph_cases()), [](const auto& info) {
     const GraphCase& c = info.param;
-    return gtest_safe(std::string(c.backend) + "_T" + std::to_string(c.T) + "_" + c.v.name() + (c.pdl ? "" : "_nopdl"));
+    return gtest_safe(std::string(c.backend) + "_T" + std::to_string(c.T) + "_" + c.v.name() + (c.pdl ? "" : "_nopdl") +
+                      (c.stream ? "_stream" : ""));
 });
 
 #endif  // MOEX_WITH_CUDA

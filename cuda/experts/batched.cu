@@ -1,5 +1,7 @@
 // The batched_mm pipeline (decode): device routing -> up projection with the gate fused -> down projection with
-// bias, routing weight and the deterministic combine fused. 3 launches for T*k <= 4096, no host sync.
+// bias, routing weight and the deterministic combine fused. 3 launches for T*k <= 4096, no host sync. With
+// MOEX_DECODE_STREAM=1, the calls decode_stream_fits takes (T <= 16, 16-bit weights) run the one-kernel path of
+// decode_stream.cu instead.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -177,6 +179,7 @@ bool fp8_mma(const WeightScales& w, Loop loop, int64_t K) {
 }  // namespace
 
 void run_batched(const ExpertsArgs& a, cudaStream_t stream) {
+    if (decode_stream_fits(a)) return run_decode_stream(a, stream);
     const int64_t S = a.T * a.k, N = up_width(a), E = a.E, esize = dtype_size(a.dtype);
     const bool gate_concat = a.has_gate && a.gate.concatenated;
     const Loop up_loop = pick_loop(a.dtype, a.is_transposed, N, a.H, gate_concat, a.gate_up_proj, a.hidden_states);

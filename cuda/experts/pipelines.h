@@ -17,6 +17,10 @@ namespace moex::cuda {
 
 void run_eager(const ExpertsArgs& a, cudaStream_t stream);    // may synchronise the host (reads counts back)
 void run_batched(const ExpertsArgs& a, cudaStream_t stream);  // decode: 1 routing + 2 projection launches
+// batched_mm's opt-in one-kernel path for T <= 16 (decode_stream.cuh): MOEX_DECODE_STREAM=1, 16-bit K-major
+// weights, T * k <= 128, sm_90.
+bool decode_stream_fits(const ExpertsArgs& a);
+void run_decode_stream(const ExpertsArgs& a, cudaStream_t stream);
 void run_grouped(const ExpertsArgs& a, cudaStream_t stream);  // prefill: routing, gather, 2 grouped GEMMs, combine
 // deepgemm: the grouped pipeline on the sm_90a TMA kernels only (FP8 x FP8 for FP8 weights, FP4 weights dequantized
 // to bf16 for the hit experts first); what those kernels cannot run is an error, never the portable kernel.
