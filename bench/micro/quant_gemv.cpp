@@ -1,13 +1,15 @@
-// The CPU's quantized decode GEMVs alone, one thread: the f32 route (the table's stream_fused) against the FP8 decode
-// GEMV on vdpbf16ps (stream_quant), on FP8 weights with 128 x 128 float scales, from L2 (one matrix read again and
-// again) and from DRAM (matrices of a large set in turn). Prints the weight bytes read per second of each.
-// Usage: moex_quant_gemv_micro [K=2048] [n=768] [m=1] [set_mib=1024] [seconds=1]
+// The CPU's quantized decode GEMVs alone, one thread: the f32 route (the table's stream_fused) against the decode
+// GEMV on vdpbf16ps (stream_quant), on FP8 weights with 128 x 128 float scales or MXFP4 weights (UE8M0 per 32), from
+// L2 (one matrix read again and again) and from DRAM (matrices of a large set in turn). Prints the weight bytes read
+// per second of each (a kernel that refuses the format prints "-").
+// Usage: moex_quant_gemv_micro [K=2048] [n=768] [m=1] [set_mib=1024] [seconds=1] [fp8|mxfp4]
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "moex/dtype.h"
@@ -38,23 +40,32 @@ int main(int argc, char** argv) {
     const int64_t K = argc > 1 ? std::atoll(argv[1]) : 2048, n = argc > 2 ? std::atoll(argv[2]) : 768;
     const int64_t m = argc > 3 ? std::atoll(argv[3]) : 1, set_mib = argc > 4 ? std::atoll(argv[4]) : 1024;
     const double seconds = argc > 5 ? std::atof(argv[5]) : 1.0;
+    const bool fp4 = argc > 6 && std::string(argv[6]) == "mxfp4";
     const cpu::KernelTable& kt = cpu::kernels();
     if (kt.stream_fused == nullptr || kt.stream_quant == nullptr) {
         std::printf("table %s has no stream_fused or no stream_quant: nothing to compare\n", kt.name);
         return 1;
     }
-    const int64_t bytes = n * K, mats = std::max<int64_t>(1, set_mib * (int64_t(1) << 20) / bytes);
+    const int64_t bytes = fp4 ? n * K / 2 : n * K, mats = std::max<int64_t>(1, set_mib * (int64_t(1) << 20) / bytes);
     std::vector<uint8_t> codes(size_t(mats * bytes));
     std::mt19937 rng(7);
     std::normal_distribution<float> normal;
-    for (auto& c : codes) c = f32_to_fp8e4m3(std::clamp(normal(rng) * 100.0f, -448.0f, 448.0f));  // amax / 448 scaling
-    const int64_t sld = (K + 127) / 128;
-    std::vector<float> scales(size_t(mats * ((n + 127) / 128) * sld));
+    for (auto& c : codes)  // FP8: amax / 448 scaling; FP4: any two nibbles
+        c = fp4 ? uint8_t(rng()) : f32_to_fp8e4m3(std::clamp(normal(rng) * 100.0f, -448.0f, 448.0f));
+    const int64_t sld = fp4 ? K / 32 : (K + 127) / 128, srows = fp4 ? n : (n + 127) / 128;
+    std::vector<float> scales(size_t(mats * srows * sld));
+    std::vector<uint8_t> e8(scales.size());
     for (auto& s : scales) s = 0.001f * float(1 + rng() % 1000);
+    for (auto& e : e8) e = uint8_t(120 + rng() % 8);  // 2^-7 .. 2^0
     auto weights = [&](int64_t i) {
+        if (fp4) {
+            cpu::WeightMat w{codes.data() + i * bytes, DType::kU8, false, K / 2, K};
+            w.q =
+                cpu::WeightQuant{QuantFormat::kMxfp4, e8.data() + i * srows * sld, DType::kUE8M0, sld, 1, 32, 0, 1.0f};
+            return w;
+        }
         cpu::WeightMat w{codes.data() + i * bytes, DType::kFP8E4M3, false, K, K};
-        w.q = cpu::WeightQuant{
-            QuantFormat::kFp8, scales.data() + i * ((n + 127) / 128) * sld, DType::kF32, sld, 128, 128, 0, 1.0f};
+        w.q = cpu::WeightQuant{QuantFormat::kFp8, scales.data() + i * srows * sld, DType::kF32, sld, 128, 128, 0, 1.0f};
         return w;
     };
     std::vector<float> a(size_t(m * K)), c(size_t(m * n));
@@ -64,18 +75,23 @@ int main(int argc, char** argv) {
     std::vector<float> buf(size_t(cpu::bf16_rows_floats(m, K, cpu::RowsFor::kStream) + 16));
     cpu::Bf16Rows prepared;
     if (!cpu::prepare_bf16_rows(kt, rows.data(), m, K, cpu::RowsFor::kStream, buf.data(), prepared)) return 1;
-    auto f32 = [&](int64_t i) { kt.stream_fused(rows.data(), m, weights(i), n, c.data(), n); };
+    auto f32 = [&](int64_t i) { return kt.stream_fused(rows.data(), m, weights(i), n, c.data(), n); };
     auto bf16 = [&](int64_t i) {
+        bool ok = true;
         for (int64_t r = 0; r < m; ++r)
-            kt.stream_quant(prepared.a16 + r * prepared.lda, prepared.scales, weights(i), n, c.data() + r * n);
+            ok = ok &&
+                 kt.stream_quant(prepared.a16 + r * prepared.lda, prepared.scales, weights(i), n, c.data() + r * n);
+        return ok;
     };
-    std::printf("table %s, K %lld, n %lld, m %lld, %lld matrices of %.2f MiB\n", kt.name, (long long)K, (long long)n,
-                (long long)m, (long long)mats, double(bytes) / (1 << 20));
-    std::printf("L2    stream_fused (f32) %6.2f GB/s   stream_quant (vdpbf16ps) %6.2f GB/s\n",
-                rate(double(bytes), seconds, [&](int64_t) { f32(0); }),
-                rate(double(bytes), seconds, [&](int64_t) { bf16(0); }));
-    std::printf("DRAM  stream_fused (f32) %6.2f GB/s   stream_quant (vdpbf16ps) %6.2f GB/s\n",
-                rate(double(bytes), seconds, [&](int64_t i) { f32(i % mats); }),
-                rate(double(bytes), seconds, [&](int64_t i) { bf16(i % mats); }));
+    const bool f32_ok = f32(0), bf16_ok = bf16(0);
+    std::printf("table %s, %s, K %lld, n %lld, m %lld, %lld matrices of %.2f MiB\n", kt.name, fp4 ? "mxfp4" : "fp8",
+                (long long)K, (long long)n, (long long)m, (long long)mats, double(bytes) / (1 << 20));
+    auto print = [&](const char* where, bool dram) {
+        const double a = f32_ok ? rate(double(bytes), seconds, [&](int64_t i) { f32(dram ? i % mats : 0); }) : 0;
+        const double b = bf16_ok ? rate(double(bytes), seconds, [&](int64_t i) { bf16(dram ? i % mats : 0); }) : 0;
+        std::printf("%-5s stream_fused %6.2f GB/s   stream_quant %6.2f GB/s\n", where, a, b);
+    };
+    print("L2", false);
+    print("DRAM", true);
     return 0;
 }
