@@ -226,6 +226,31 @@ TEST(QuantAmx, EveryCodeDecodesExactly) {
     }
 }
 
+// MXFP4 scales at the ends of the range: the panels add the scale's exponent where every nonzero weight stays a normal
+// bf16 (2^-125 .. 2^125) and multiply in f32 elsewhere; both give code x scale exactly, and a weight below 2^-126 (a
+// scale of 2^-127 or 2^-126) reads as zero on the tiles, as every bf16 subnormal does.
+TEST(QuantAmx, Mxfp4ScalesAtTheRangeEndsDecodeExactly) {
+    if (amx_skip()) GTEST_SKIP() << amx_skip();
+    const uint8_t edges[] = {0, 1, 2, 3, 126, 127, 128, 250, 251, 252};  // 2^-127 .. 2^125
+    const int64_t blocks = int64_t(sizeof(edges)), K = 32 * blocks, m = K, n = 2;
+    const Rows x = one_hot_rows(K);
+    std::vector<uint8_t> packed(size_t(n * K / 2)), ue8m0(size_t(n * blocks));
+    for (int64_t i = 0; i < n * K / 2; ++i) packed[size_t(i)] = uint8_t((i * 7 + 3) & 255);
+    for (int64_t j = 0; j < n; ++j)
+        for (int64_t b = 0; b < blocks; ++b) ue8m0[size_t(j * blocks + b)] = edges[(b + j) % blocks];
+    cpu::WeightMat f{packed.data(), DType::kU8, false, K / 2, K};
+    f.q = cpu::WeightQuant{QuantFormat::kMxfp4, ue8m0.data(), DType::kUE8M0, blocks, 1, 32, 0, 1.0f};
+    const std::vector<float> c = amx_gemm(x, 0, m, f, n);
+    for (int64_t j = 0; j < n; ++j)
+        for (int64_t k = 0; k < K; ++k) {
+            const uint8_t byte = packed[size_t(j * K / 2 + k / 2)];
+            const float want =
+                fp4e2m1_to_f32((k & 1) ? byte >> 4 : byte & 15) * ue8m0_to_f32(ue8m0[size_t(j * blocks + k / 32)]);
+            const float got = c[size_t(k * n + j)];
+            EXPECT_EQ(got, std::fabs(want) < 0x1.0p-126f ? 0.0f : want) << "j=" << j << " k=" << k;
+        }
+}
+
 // Rows whose values are not their codes times the given scales are refused (the f32 kernels then run them).
 TEST(QuantAmx, RowsThatAreNotCodesTimesScalesAreRefused) {
     if (amx_skip()) GTEST_SKIP() << amx_skip();
