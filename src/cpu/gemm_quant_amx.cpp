@@ -94,10 +94,11 @@ inline __m512i e2m1_to_bf16_pow2(const Decoder& d, __m128i bytes, int s) {
 // apart: FP8 codes, FP4 codes times their block scale; zero past K, and the rows past `rows` up to a multiple of 16
 // zero. Each row's codes are prefetched two rows ahead (into the next block's rows at the end): the rows are far
 // apart in memory, and without it each 64-byte line waited on DRAM (measured: 28% of the kernel's samples on the
-// instruction after the load). FP8 rows issue a line per 64 codes decoded: a whole row's lines at once stalled the
-// core on the prefetches themselves (mixtral-8x7b T = 64, 4 and 14 KiB rows: 31% of the samples after the burst's
-// prefetcht0; spread, 1.2x faster). FP4 rows, half the bytes and a slower decode, keep the burst (spread, mixtral
-// MXFP4 T = 64 ran 1.2x slower). bench/RESULTS.md V7.
+// instruction after the load). Rows issue a line per 64 bytes of codes decoded: a whole row's lines at once stalled
+// the core on the prefetches themselves (mixtral-8x7b T = 64, 4 and 14 KiB rows: 31% of the samples after the burst's
+// prefetcht0; spread, 1.2x faster; bench/RESULTS.md V7). FP4 rows kept the burst while their decode was slow (spread
+// then ran 1.2x slower); since MXFP4's faster decode the spread is 1.1x faster there, NVFP4 alike within the noise
+// (RESULTS X1).
 void decode_rows(const WeightMat& b, int64_t n0, int rows, int64_t n, int64_t k0, int64_t kc, uint16_t* dst,
                  int64_t ldd) {
     const Decoder d;
@@ -106,21 +107,20 @@ void decode_rows(const WeightMat& b, int64_t n0, int rows, int64_t n, int64_t k0
     for (int i = rows; i < rows16; ++i) std::memset(dst + i * ldd, 0, size_t(kc) * 2);
     const auto* base = static_cast<const uint8_t*>(b.data);
     const bool fp8 = b.q.format == QuantFormat::kFp8;
-    const int64_t at = fp8 ? k0 : k0 / 2, row_bytes = fp8 ? kv : kv / 2;  // the block's bytes in a row
+    const int64_t at = fp8 ? k0 : k0 / 2;  // the block's first byte in a row
     // MXFP4 (ue8m0 bytes per 32 k): the power-of-two scales join the exponents (e2m1_to_bf16_pow2)
     const bool pow2 = b.q.format == QuantFormat::kMxfp4 && b.q.scale_dtype != DType::kF32 &&
                       b.q.scale_dtype != DType::kFP8E4M3 && b.q.bk == 32 && k0 % 32 == 0;
     for (int i = 0; i < rows; ++i) {
         const int64_t r = n0 + i;
         const uint8_t* ahead = r + 2 < n ? base + (r + 2) * b.ld + at : nullptr;
-        if (ahead != nullptr && !fp8)
-            for (int64_t off = 0; off < row_bytes; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
         const uint8_t* row = base + r * b.ld;
         const uint8_t* scale_row =
             pow2 ? static_cast<const uint8_t*>(b.q.scale) + ((b.q.row0 + r) / b.q.bn) * b.q.ld : nullptr;
         uint16_t* out = dst + i * ldd;
         for (int64_t k = 0; k < kc; k += 32) {
-            if (ahead != nullptr && fp8 && k % 64 == 0 && k < kv) _mm_prefetch(ahead + k, _MM_HINT_T0);
+            const int64_t byte = fp8 ? k : k / 2;  // of the block in the row
+            if (ahead != nullptr && byte % 64 == 0 && k < kv) _mm_prefetch(ahead + byte, _MM_HINT_T0);
             const int64_t valid = std::clamp<int64_t>(kv - k, 0, 32);
             __m512i v;
             if (fp8) {
