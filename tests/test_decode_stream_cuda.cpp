@@ -59,8 +59,9 @@ TEST(DecodeStreamCuda, EveryLayoutAndTileHeight) {
         variant(DType::kBF16, false, GateKind::kDefault, A::kRelu, true, true, false, false),
         variant(DType::kF16, true, GateKind::kDefault, A::kGeluTanh, true, false, true, false),
     };
-    // (H, I): small; K tails of 16 past a stage (1040 = 2 * 512 + 16, 528 = 512 + 16); I not a multiple of 16.
-    const int64_t sizes[][4] = {{64, 48, 8, 2}, {1040, 528, 16, 8}, {136, 40, 6, 3}};
+    // (H, I): small rows, copied whole; H past one stage of 16 token rows (1040 = 1024 + 16: row pieces and a 16-deep
+    // tail), and past one stage of 8 (2112 = 2048 + 64); I not a multiple of 16.
+    const int64_t sizes[][4] = {{64, 48, 8, 2}, {1040, 528, 16, 8}, {136, 40, 6, 3}, {2112, 40, 8, 2}};
     int n = 0;
     for (const Variant& v : variants)
         for (const auto& s : sizes)
