@@ -627,6 +627,33 @@ TEST(QuantKernels, Avx2Fp8DecodeRoutesGiveTheSameBits) {
 }
 #endif
 
+// Rows of more scale groups than the old limit of 512 (NVFP4 mixtral-8x7b's down projection: K = 14336, 896 groups of
+// 16) stay on the decode GEMV instead of the dequantize-then-stream path, within 1e-5 of float64.
+TEST(QuantKernels, Fp4DecodeTakesLongRows) {
+    const cpu::KernelTable* t = cpu::avx512_kernels();
+    if (!t || !__builtin_cpu_supports("avx512bf16")) GTEST_SKIP() << "this CPU has no AVX-512 BF16";
+    for (const Scheme& s : kSchemes) {
+        if (s.format == QuantFormat::kFp8) continue;
+        const int64_t K = 16 * 900, n = 10;
+        const QuantProblem qp(1, K, 32, 2, 1, Variant{}, s, 19);
+        const cpu::CpuProblem cp = cpu::unpack_problem(qp.problem());
+        const cpu::WeightMat w = cp.up(1);
+        std::vector<float> a(static_cast<size_t>(K)), deq(size_t(n * K)), got(static_cast<size_t>(n));
+        for (size_t i = 0; i < a.size(); ++i) a[i] = bf16_to_f32(f32_to_bf16(float(std::cos(0.11 * double(i)))));
+        const float* row = a.data();
+        cpu::scalar_kernels().dequant(w, n, 0, K, deq.data(), K);
+        ASSERT_TRUE(t->stream_fused(&row, 1, w, n, got.data(), n)) << s.name;
+        for (int64_t j = 0; j < n; ++j) {
+            double ref = 0, mag = 0;
+            for (int64_t k = 0; k < K; ++k) {
+                const double p = double(deq[size_t(j * K + k)]) * double(a[size_t(k)]);
+                ref += p, mag += std::fabs(p);
+            }
+            EXPECT_NEAR(double(got[size_t(j)]), ref, 1e-5 * mag + 1e-30) << s.name << " j=" << j;
+        }
+    }
+}
+
 // FP4 weights against activations that are all bf16 values take vdpbf16ps on AVX512_BF16 CPUs: codes times
 // activations summed per scale group, then scaled (stream_fused_avx512.cpp). Each output is within 1e-5 of the float64
 // dot product on the dequantized weights (relative to Σ|w·a|) and has the same bits whatever the number of rows.

@@ -1,8 +1,9 @@
 // The CPU's quantized decode GEMVs alone, one thread: the f32 route (the table's stream_fused) against the decode
-// GEMV on vdpbf16ps (stream_quant), on FP8 weights with 128 x 128 float scales or MXFP4 weights (UE8M0 per 32), from
+// GEMV on vdpbf16ps (stream_quant), on FP8 weights with 128 x 128 float scales, MXFP4 (UE8M0 per 32) or NVFP4 (e4m3
+// per 16 and a global), from
 // L2 (one matrix read again and again) and from DRAM (matrices of a large set in turn). Prints the weight bytes read
-// per second of each (a kernel that refuses the format prints "-").
-// Usage: moex_quant_gemv_micro [K=2048] [n=768] [m=1] [set_mib=1024] [seconds=1] [fp8|mxfp4]
+// per second of each (0, "refused", where a kernel does not take the problem).
+// Usage: moex_quant_gemv_micro [K=2048] [n=768] [m=1] [set_mib=1024] [seconds=1] [fp8|mxfp4|nvfp4]
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -40,7 +41,8 @@ int main(int argc, char** argv) {
     const int64_t K = argc > 1 ? std::atoll(argv[1]) : 2048, n = argc > 2 ? std::atoll(argv[2]) : 768;
     const int64_t m = argc > 3 ? std::atoll(argv[3]) : 1, set_mib = argc > 4 ? std::atoll(argv[4]) : 1024;
     const double seconds = argc > 5 ? std::atof(argv[5]) : 1.0;
-    const bool fp4 = argc > 6 && std::string(argv[6]) == "mxfp4";
+    const std::string fmt = argc > 6 ? argv[6] : "fp8";
+    const bool nv = fmt == "nvfp4", fp4 = nv || fmt == "mxfp4";
     const cpu::KernelTable& kt = cpu::kernels();
     if (kt.stream_fused == nullptr || kt.stream_quant == nullptr) {
         std::printf("table %s has no stream_fused or no stream_quant: nothing to compare\n", kt.name);
@@ -52,16 +54,17 @@ int main(int argc, char** argv) {
     std::normal_distribution<float> normal;
     for (auto& c : codes)  // FP8: amax / 448 scaling; FP4: any two nibbles
         c = fp4 ? uint8_t(rng()) : f32_to_fp8e4m3(std::clamp(normal(rng) * 100.0f, -448.0f, 448.0f));
-    const int64_t sld = fp4 ? K / 32 : (K + 127) / 128, srows = fp4 ? n : (n + 127) / 128;
+    const int64_t sld = nv ? K / 16 : fp4 ? K / 32 : (K + 127) / 128, srows = fp4 ? n : (n + 127) / 128;
     std::vector<float> scales(size_t(mats * srows * sld));
     std::vector<uint8_t> e8(scales.size());
     for (auto& s : scales) s = 0.001f * float(1 + rng() % 1000);
-    for (auto& e : e8) e = uint8_t(120 + rng() % 8);  // 2^-7 .. 2^0
+    for (auto& e : e8) e = uint8_t(nv ? 0x30 + rng() % 0x20 : 120 + rng() % 8);  // e4m3 2^-3 .. 2^1; ue8m0 2^-7 .. 1
     auto weights = [&](int64_t i) {
         if (fp4) {
             cpu::WeightMat w{codes.data() + i * bytes, DType::kU8, false, K / 2, K};
-            w.q =
-                cpu::WeightQuant{QuantFormat::kMxfp4, e8.data() + i * srows * sld, DType::kUE8M0, sld, 1, 32, 0, 1.0f};
+            const uint8_t* s = e8.data() + i * srows * sld;
+            w.q = nv ? cpu::WeightQuant{QuantFormat::kNvfp4, s, DType::kFP8E4M3, sld, 1, 16, 0, 0.5f}
+                     : cpu::WeightQuant{QuantFormat::kMxfp4, s, DType::kUE8M0, sld, 1, 32, 0, 1.0f};
             return w;
         }
         cpu::WeightMat w{codes.data() + i * bytes, DType::kFP8E4M3, false, K, K};
@@ -84,12 +87,13 @@ int main(int argc, char** argv) {
         return ok;
     };
     const bool f32_ok = f32(0), bf16_ok = bf16(0);
-    std::printf("table %s, %s, K %lld, n %lld, m %lld, %lld matrices of %.2f MiB\n", kt.name, fp4 ? "mxfp4" : "fp8",
-                (long long)K, (long long)n, (long long)m, (long long)mats, double(bytes) / (1 << 20));
+    std::printf("table %s, %s, K %lld, n %lld, m %lld, %lld matrices of %.2f MiB\n", kt.name, fmt.c_str(), (long long)K,
+                (long long)n, (long long)m, (long long)mats, double(bytes) / (1 << 20));
     auto print = [&](const char* where, bool dram) {
         const double a = f32_ok ? rate(double(bytes), seconds, [&](int64_t i) { f32(dram ? i % mats : 0); }) : 0;
         const double b = bf16_ok ? rate(double(bytes), seconds, [&](int64_t i) { bf16(dram ? i % mats : 0); }) : 0;
-        std::printf("%-5s stream_fused %6.2f GB/s   stream_quant %6.2f GB/s\n", where, a, b);
+        std::printf("%-5s stream_fused %6.2f GB/s%s   stream_quant %6.2f GB/s%s\n", where, a,
+                    f32_ok ? "" : " (refused)", b, bf16_ok ? "" : " (refused)");
     };
     print("L2", false);
     print("DRAM", true);

@@ -21,7 +21,7 @@ namespace {
 constexpr int kMaxPairs = 4;        // rows of B per tile: 2 * kMaxPairs
 constexpr int kMaxRowsA = 6;        // rows of A per pass (more rows: passes over the same B rows, from L2)
 constexpr int kMaxRowsStream = 24;  // the most rows of A taken: config.h stream_max_rows(false)
-constexpr int kMaxGroups = 512;     // scale groups per row a tile keeps (K / bk); more: the caller's dequant path
+constexpr int kMaxGroups = 2048;  // scale groups per row a tile keeps (K / bk; NVFP4 mixtral down: 896); more: dequant
 // Prefetch distance: each row of a tile fetches the same bytes of the row at least kAhead bytes and a whole number of
 // tiles further on, into L2 (the bf16 dot kernel's scheme). 8 KiB from each row instead reaches only this tile and
 // part of the next: one thread read FP8 at 5.1 GB/s from DRAM that way, 6.5-7.5 this way (9.8 from L2; 8-64 KiB and
