@@ -79,7 +79,7 @@ inline __m512i e2m1_to_bf16_pairs(const Decoder& d, __m128i bytes, __m512 scale)
 // 32 e2m1 codes (16 bytes, the even k in each low nibble) times 2^s as 32 bf16 in k order, for an MXFP4 block whose
 // scale 2^s keeps every nonzero weight a normal bf16 (|s| <= 125): the code's bf16 from a word table (each dword gets
 // byte i's low nibble in its low word and its high nibble in its high word), then s added to the exponent of the
-// nonzero ones. The same bits as e2m1_to_bf16_pairs (its product is exact there), in 6 instructions instead of 9 and
+// nonzero ones. The same bits as e2m1_to_bf16_pairs (its product is exact there), in 6 instructions instead of 10 and
 // no scalar scale decode.
 inline __m512i e2m1_to_bf16_pow2(const Decoder& d, __m128i bytes, int s) {
     const __m512i x = _mm512_cvtepu8_epi32(bytes);
