@@ -32,13 +32,18 @@ inline __m512 e4m3_value(__m512 v) {
     return _mm512_castsi512_ps(_mm512_or_si512(r, sign));
 }
 
+// The lanes of a 16-float step that lie before n (all 16 but in the tail).
+inline __mmask16 lanes_before(int64_t i, int64_t n) {
+    return n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+}
+
 }  // namespace
 
 // dst[i] = e4m3(divide ? src[i] / q : src[i] * q) * s for i < n.
 void round_e4m3_avx512(const float* src, float* dst, int64_t n, float q, bool divide, float s) {
     const __m512 qv = _mm512_set1_ps(q), sv = _mm512_set1_ps(s);
     for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 mk = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+        const __mmask16 mk = lanes_before(i, n);
         const __m512 x = _mm512_maskz_loadu_ps(mk, src + i);
         const __m512 v = divide ? _mm512_div_ps(x, qv) : _mm512_mul_ps(x, qv);
         _mm512_mask_storeu_ps(dst + i, mk, _mm512_mul_ps(e4m3_value(v), sv));
@@ -49,8 +54,7 @@ void round_e4m3_avx512(const float* src, float* dst, int64_t n, float q, bool di
 float abs_max_avx512(const float* src, int64_t n) {
     __m512 m = _mm512_setzero_ps();
     for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 mk = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
-        const __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(mk, src + i));
+        const __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(lanes_before(i, n), src + i));
         m = _mm512_max_ps(a, m);  // MAXPS returns the second operand when the first is NaN
     }
     return _mm512_reduce_max_ps(m);
