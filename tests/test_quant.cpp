@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 
 #if defined(__x86_64__)
@@ -505,6 +506,28 @@ TEST(QuantBackends, BitwiseDeterministic) {
                 << name << " " << s.name;
         }
     }
+}
+
+// Decode calls whose streaming tasks take 256, 128 or 64 columns as the thread count grows (config.h
+// stream_task_cols: 16 tasks of 256 at 1 thread, 32 of 128 at 8, 64 at 16): the same bytes, quantized or not.
+TEST(QuantBackends, DecodeTasksOfAnyWidthGiveTheSameBits) {
+    std::vector<Scheme> schemes(std::begin(kSchemes), std::end(kSchemes));
+    schemes.push_back({"bf16", QuantFormat::kNone, 0, 0, DType::kF32, ActivationQuant::kNone});
+    for (const Scheme& s : schemes)
+        for (int64_t T : {1, 3}) {
+            const Variant v{.dtype = DType::kBF16};
+            const HostProblem plain(T, 512, 512, 16, 8, v, 5);
+            std::optional<QuantProblem> qp;
+            if (s.format != QuantFormat::kNone) qp.emplace(T, 512, 512, 16, 8, v, s, 5);
+            const PlacedProblem placed = place(qp ? qp->problem() : plain.problem(), Device::kCPU);
+            for (const char* name : {"batched_mm", "grouped_mm"}) {
+                const Backend& b = ExpertsInterface::global().get(name);
+                const Tensor one = run_backend(b, placed, RunOptions{.num_threads = 1});
+                for (int threads : {8, 16})
+                    EXPECT_TRUE(bitwise_equal(one, run_backend(b, placed, RunOptions{.num_threads = threads})))
+                        << name << " " << s.name << " T=" << T << " threads=" << threads;
+            }
+        }
 }
 
 TEST(QuantKernels, Avx2DequantMatchesScalarBitwise) {

@@ -96,18 +96,26 @@ inline constexpr int64_t kDequantBlockBytes = 64 << 10;
 // kMc bounds a packed task's rows (its C tile, 1024 x 128 f32 = 512 KiB) and splits huge experts for balance.
 inline constexpr int64_t kMc = 1024;
 
-// Columns of I (up, gated: times 2 weight rows) or of H (down) per task. Rows layout: streaming tasks read 256-512 KiB
-// of bf16, so 2 threads get >= 8 tasks per decode expert. Transposed: a (K, N) column slice is read as strided runs,
-// which this DRAM serves at ~7 GB/s whatever the thread count, so small-m tasks take full rows (contiguous bytes).
-inline int64_t up_task_cols(GemmPath path, bool transposed, int64_t I) {
+// Columns of I (up, gated: times 2 weight rows) or of H (down) per task. Rows layout, streaming (decode GEMV): the
+// widest of 256, 128 and 64 that still gives every thread 4 tasks over the pass's groups (stream_task_cols): wide tasks
+// read their weight rows as longer streams (qwen3-30b-a3b FP8 T = 1 and 8, 2 threads on the dev Xeon: 64 → 256
+// columns, 1.16x; bf16 unchanged; bench/RESULTS.md X5), narrow ones keep 16 threads busy at T = 1. Each output's bits
+// do not depend on its task's width. Transposed: a (K, N) column slice is read as strided runs, which this DRAM serves
+// at ~7 GB/s whatever the thread count, so small-m tasks take full rows (contiguous bytes).
+inline int64_t stream_task_cols(int64_t width, int64_t groups, int threads) {
+    for (const int64_t cols : {int64_t(256), int64_t(128)})
+        if (groups * ((width + cols - 1) / cols) >= 4 * int64_t(threads)) return cols;
+    return 64;
+}
+inline int64_t up_task_cols(GemmPath path, bool transposed, int64_t I, int64_t stream_cols) {
     if (path == GemmPath::kAmx) return kAmxTaskCols;
     if (transposed) return path == GemmPath::kPacked ? 256 : I;
-    return path == GemmPath::kStream ? 64 : 128;
+    return path == GemmPath::kStream ? stream_cols : 128;
 }
-inline int64_t down_task_cols(GemmPath path, bool transposed, int64_t H) {
+inline int64_t down_task_cols(GemmPath path, bool transposed, int64_t H, int64_t stream_cols) {
     if (path == GemmPath::kAmx) return kAmxTaskCols;
     if (transposed) return path == GemmPath::kPacked ? 256 : H;
-    return 128;
+    return path == GemmPath::kStream ? stream_cols : 128;
 }
 
 // Tokens per pass: the pass keeps x, h (rows, I) and y (rows, H) in f32, up to 512 MiB (4096 tokens of

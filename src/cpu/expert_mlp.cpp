@@ -29,12 +29,13 @@ GemmPath group_path(const CpuProblem& cp, int64_t m, const WeightMat& w, bool ge
 
 // A group keeps all its rows in one task (its weights are read once) and splits columns only, except for packed
 // groups above kMc rows, split into balanced row blocks. Kernel paths depend on a task's rows and the schedule
-// (gemm.h gemm_path), never on the thread count.
+// (gemm.h gemm_path), never on the thread count; the streaming tasks' width does (config.h stream_task_cols), which
+// no output's bits depend on.
 // A run of groups of one expert with equal rows (batched_mm's single rows) is ordered column block first, so the
 // block of weights they share is read from DRAM once and then from L2.
-std::vector<Task> make_tasks(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, bool up) {
+std::vector<Task> make_tasks(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, bool up, int threads) {
     const bool tr = cp.p->is_transposed;
-    const int64_t width = up ? cp.I : cp.H;
+    const int64_t width = up ? cp.I : cp.H, stream_cols = stream_task_cols(width, g1 - g0, threads);
     auto rows = [&](int64_t g) { return r.begin[size_t(g) + 1] - r.begin[size_t(g)]; };
     auto same = [&](int64_t g, int64_t h) { return r.expert[size_t(g)] == r.expert[size_t(h)] && rows(g) == rows(h); };
     std::vector<Task> tasks;
@@ -43,7 +44,8 @@ std::vector<Task> make_tasks(const CpuProblem& cp, const Routing& r, int64_t g0,
         const int64_t m = rows(run), e = r.expert[size_t(run)];
         const GemmPath path = group_path(cp, m, up ? cp.up(e) : cp.down(e), r.gemv);
         const int64_t blocks = path == GemmPath::kPacked || path == GemmPath::kAmx ? (m + kMc - 1) / kMc : 1;
-        const int64_t cols = up ? up_task_cols(path, tr, cp.I) : down_task_cols(path, tr, cp.H);
+        const int64_t cols =
+            up ? up_task_cols(path, tr, cp.I, stream_cols) : down_task_cols(path, tr, cp.H, stream_cols);
         for (int64_t i = 0; i < blocks; ++i)
             for (int64_t c0 = 0; c0 < width; c0 += cols)
                 for (int64_t g = run; g < end; ++g) {
@@ -160,7 +162,7 @@ void down_task(const CpuProblem& cp, const Routing& r, const Task& t, const floa
 }  // namespace
 
 void run_up(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, const UpInput& in, float* h, int threads) {
-    const std::vector<Task> tasks = make_tasks(cp, r, g0, g1, true);
+    const std::vector<Task> tasks = make_tasks(cp, r, g0, g1, true, threads);
     const RowSource src{in.x, cp.H, !in.by_row, in.scales};
     const std::vector<Bf16Rows> prepared = prepare_groups(cp, r, g0, g1, true, src, threads);
     parallel_for(int64_t(tasks.size()), threads, [&](int64_t i) {
@@ -171,7 +173,7 @@ void run_up(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, cons
 
 void run_down(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, const float* h, const ActScales& hs,
               float* y, int threads) {
-    const std::vector<Task> tasks = make_tasks(cp, r, g0, g1, false);
+    const std::vector<Task> tasks = make_tasks(cp, r, g0, g1, false, threads);
     const std::vector<Bf16Rows> prepared = prepare_groups(cp, r, g0, g1, false, RowSource{h, cp.I, false, hs}, threads);
     parallel_for(int64_t(tasks.size()), threads, [&](int64_t i) {
         const Task& t = tasks[size_t(i)];
