@@ -1,5 +1,6 @@
 // The one-kernel decode path of batched_mm (decode_stream.cuh): which calls it takes, and its two launches (the
 // counters' zeroing, then the persistent kernel, chained by programmatic dependent launch).
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -23,29 +24,33 @@ bool stream_enabled() {
     return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
-template <class T, int NT, int KC>
-void launch_kc(const decode::StreamArgs& s, int grid, cudaStream_t stream) {
-    auto kernel = decode::decode_stream_kernel<T, NT, KC>;
-    constexpr size_t smem = decode::Ring<NT, KC>::kBytes;
+template <class T, int NT>
+void launch(const decode::StreamArgs& s, int grid, cudaStream_t stream) {
+    auto kernel = decode::decode_stream_kernel<T, NT>;
+    constexpr size_t smem = decode::Ring<NT>::kBytes;
     allow_dynamic_smem(kernel, smem);
     launch_pdl(kernel, dim3(grid), dim3(decode::kThreads), smem, stream, s);
 }
 
-// Stages of 2048 K elements with 8 token rows (2 stages), 1024 with 16 (3 stages).
-template <class T, int NT>
-void launch(const decode::StreamArgs& s, int grid, cudaStream_t stream) {
-    launch_kc<T, NT, NT == 1 ? 2048 : 1024>(s, grid, stream);
+// The most shared memory one of the kernels takes: its ring and its static part (barriers, routes, partial sums).
+template <int NT>
+size_t smem_bytes() {
+    cudaFuncAttributes f{};
+    CUDA_CHECK(cudaFuncGetAttributes(&f, decode::decode_stream_kernel<__nv_bfloat16, NT>));  // f16: the same sizes
+    return decode::Ring<NT>::kBytes + f.sharedSizeBytes;
 }
 
 }  // namespace
 
 bool decode_stream_fits(const ExpertsArgs& a) {
+    if (!stream_enabled()) return false;
     const DeviceState& d = device_state();
-    return stream_enabled() && d.sm90 && (a.dtype == DType::kBF16 || a.dtype == DType::kF16) &&
-           a.weight_dtype == a.dtype && a.gate_up_scales.format == QuantFormat::kNone && !a.is_transposed && a.T >= 1 &&
-           a.T <= 16 && a.T * a.k <= decode::kMaxSlots && a.H % 8 == 0 && a.I % 8 == 0 &&
-           is_aligned16(a.hidden_states) && is_aligned16(a.gate_up_proj) && is_aligned16(a.down_proj) &&
-           d.smem_optin >= decode::Ring<2, 1024>::kBytes + 16 * 1024;
+    if (!d.sm90) return false;                                              // the sm_90a kernels load nowhere else
+    static const size_t smem = std::max(smem_bytes<1>(), smem_bytes<2>());  // a property of the compiled kernels
+    return (a.dtype == DType::kBF16 || a.dtype == DType::kF16) && a.weight_dtype == a.dtype &&
+           a.gate_up_scales.format == QuantFormat::kNone && !a.is_transposed && a.T >= 1 && a.T <= 16 &&
+           a.T * a.k <= decode::kMaxSlots && a.H % 8 == 0 && a.I % 8 == 0 && is_aligned16(a.hidden_states) &&
+           is_aligned16(a.gate_up_proj) && is_aligned16(a.down_proj) && d.smem_optin >= smem;
 }
 
 uint64_t decode_stream_calls() { return g_calls.load(); }

@@ -70,12 +70,13 @@ struct StreamArgs {
     DType dtype;
 };
 
-// kChunk K elements per stage. Rows copied one by one land kChunk + 32 elements apart (64 bytes past a multiple of
+// kChunk K elements per stage: 2048 with 8 token rows (2 stages), 1024 with 16 (3 stages); the copy engine wants large
+// copies (bench/RESULTS.md W). Rows copied one by one land kChunk + 32 elements apart (64 bytes past a multiple of
 // 128, so the 16-byte reads of 8 rows hit 32 distinct banks); runs of whole rows land as they lie (K apart, where two
 // rows of one read phase may share banks: shared memory has bandwidth to spare here).
-template <int NT, int KC>
+template <int NT>
 struct Ring {
-    static constexpr int kChunk = KC, kPitch = KC + 32;
+    static constexpr int kChunk = NT == 1 ? 2048 : 1024, kPitch = kChunk + 32;
     static constexpr int kTokenRows = 8 * NT;
     static constexpr int kStageRows = kUnitRows + kTokenRows;
     static constexpr int kStageElems = kStageRows * kPitch;
@@ -301,11 +302,11 @@ __device__ void combine_block(const StreamArgs& a, int block) {
 }
 
 // ---- the kernel ------------------------------------------------------------------------------------------------
-template <class T, int NT, int KC>
+template <class T, int NT>
 __global__ void __launch_bounds__(kThreads, 1) decode_stream_kernel(const __grid_constant__ StreamArgs a) {
     // pdl: late wait. Before pdl_enter() the CTA routes the ids and its producers fill the ring with weights and x
     // rows, all written at least two launches back; consumers, the h-row producer and the epilogue warp wait first.
-    using R = Ring<NT, KC>;
+    using R = Ring<NT>;
     constexpr int kChunk = R::kChunk, kPitch = R::kPitch;
     constexpr int kMc = R::kTokenRows, kStages = R::kStages;
     extern __shared__ __align__(128) unsigned char smem_raw[];
