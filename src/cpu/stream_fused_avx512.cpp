@@ -21,7 +21,6 @@ namespace {
 constexpr int kMaxPairs = 4;        // rows of B per tile: 2 * kMaxPairs
 constexpr int kMaxRowsA = 6;        // rows of A per pass (more rows: passes over the same B rows, from L2)
 constexpr int kMaxRowsStream = 24;  // the most rows of A taken: config.h stream_max_rows(false)
-constexpr int kMaxGroups = 2048;  // scale groups per row a tile keeps (K / bk; NVFP4 mixtral down: 896); more: dequant
 // Prefetch distance: each row of a tile fetches the same bytes of the row at least kAhead bytes and a whole number of
 // tiles further on, into L2 (the bf16 dot kernel's scheme). 8 KiB from each row instead reaches only this tile and
 // part of the next: one thread read FP8 at 5.1 GB/s from DRAM that way, 6.5-7.5 this way (9.8 from L2; 8-64 KiB and
@@ -202,12 +201,13 @@ void row_scales(const WeightQuant& q, int64_t first, int64_t groups, float mult,
     for (; g < groups; ++g) out[g] = group_scale(q, first + g) * mult;
 }
 
-// The rows [j, j + rows) of B (rows <= 2 * np) and their group scales (FP8: times the decoder's bias) into t; false
-// where a row has more scale groups than a tile keeps, or an FP8 scale would overflow with the bias (|s| >= 2^8).
+// The rows [j, j + rows) of B (rows <= 2 * np) and their group scales (FP8: times the decoder's bias) into t, row r's
+// at scales + r * (K / bk) (the thread's scratch: any number of groups; a fixed 512 per row had NVFP4 mixtral-8x7b's
+// down projection, 896, dequantized instead, RESULTS X4); false where an FP8 scale would overflow with the bias
+// (|s| >= 2^8).
 template <bool Fp8>
-bool fill_tile(const WeightMat& b, int64_t j, int rows, int np, float (*scales)[kMaxGroups], Tile& t) {
+bool fill_tile(const WeightMat& b, int64_t j, int rows, int np, float* scales, Tile& t) {
     const int64_t bk = b.q.bk < b.K ? b.q.bk : b.K, groups = b.K / bk;
-    if (groups > kMaxGroups) return false;
     t.ahead = 2 * np * b.ld * (kAhead / (2 * np * b.ld) + 1);
     int64_t prev = -1;
     for (int r = 0; r < 2 * np; ++r) {
@@ -217,17 +217,17 @@ bool fill_tile(const WeightMat& b, int64_t j, int rows, int np, float (*scales)[
             t.scale[r] = t.scale[rows - 1];
             continue;
         }
-        t.scale[r] = scales[r];
+        t.scale[r] = scales + r * groups;
         const int64_t srow = (b.q.row0 + row) / b.q.bn;
         if (r > 0 && srow == prev) {  // FP8 blocks: the rows of a tile share their scales
             t.scale[r] = t.scale[r - 1];
             continue;
         }
         prev = srow;
-        row_scales(b.q, srow * b.q.ld, groups, Fp8 ? 0x1.0p120f : 1.0f, scales[r]);
+        row_scales(b.q, srow * b.q.ld, groups, Fp8 ? 0x1.0p120f : 1.0f, scales + r * groups);
         if (Fp8)  // s * 2^120 finite iff |s| < 2^8 and s is no NaN: else the AVX2 table's path and bits
             for (int64_t g = 0; g < groups; ++g)
-                if (!std::isfinite(scales[r][g])) return false;
+                if (!std::isfinite(scales[r * groups + g])) return false;
     }
     return true;
 }
@@ -326,10 +326,9 @@ enum class Kind { kFp8, kFp4, kFp4Bf16 };
 template <Kind W, int NP, int MB>
 bool rows_tile(const Decode& d, const void* const* a, const WeightMat& b, int64_t j, int rows, float* c, int64_t ldc) {
     constexpr bool kFp8 = W == Kind::kFp8;
-    alignas(64) float scales[2 * NP][kMaxGroups];
-    Tile t;
-    if (!fill_tile<kFp8>(b, j, rows, NP, scales, t)) return false;
     const int64_t bk = b.q.bk < b.K ? b.q.bk : b.K;
+    Tile t;
+    if (!fill_tile<kFp8>(b, j, rows, NP, thread_scratch(7, 2 * NP * (b.K / bk)), t)) return false;
     if constexpr (W == Kind::kFp4Bf16) {
         bf16_tile<NP, MB>(reinterpret_cast<const uint16_t* const*>(a), t, b.K, bk, c + j, ldc, rows);
     } else {
