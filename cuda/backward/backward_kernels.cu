@@ -103,9 +103,17 @@ void launch_bias_grads(const ExpertsBackwardArgs& b, const int32_t* expert_row_s
 }
 
 void launch_gate_grad(const GateGradArgs& a, cudaStream_t stream) {
-    const unsigned blocks = stride_blocks(a.S, 1, 16);
+    const unsigned blocks = stride_blocks(a.S, kGateWarps, 2);
+    const auto aligned = [](const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; };
+    const bool vec = a.I % 4 == 0 && aligned(a.AU, 16) && aligned(a.GH, 16) && aligned(a.dA_f32, 16) &&
+                     aligned(a.h_f32, 16) && aligned(a.dA_out, 16) && aligned(a.wh_out, 16);
     with_dtype(a.dtype, "experts backward", [&](auto t) {
-        gate_grad_kernel<decltype(t)><<<blocks, kGateThreads, 0, stream>>>(a);
+        using T = decltype(t);
+        if (vec) {
+            gate_grad_kernel<T, true><<<blocks, 32 * kGateWarps, 0, stream>>>(a);
+        } else {
+            gate_grad_kernel<T, false><<<blocks, 32 * kGateWarps, 0, stream>>>(a);
+        }
         MOEX_LAUNCH_CHECK();
     });
 }

@@ -68,9 +68,9 @@ void launch_column_sums(const ColumnSumArgs& args, cudaStream_t stream);
 // weight's gradient; sentinel slots get exactly 0), dA_r = gate'(A_r) ⊙ (w G_r). In place: A becomes dA, G becomes h.
 // For the tensor-core GEMMs after it (backward_sm90.cu) also dA_r and w·h rounded to the dtype into dA_out, wh_out.
 struct GateGradArgs {
-    float* AU;                // (S, N) f32: the up projection in, dA out
-    float* GH;                // (S, I) f32: G = dO·Wd in, h out
-    float* row_w;             // (S,) the routing weight of each row, out
+    const float* AU;          // (rows, N) f32: the up projection
+    const float* GH;          // (rows, I) f32: G = dO·Wd
+    float* row_w;             // (rows,) the routing weight of each row, out
     const void* dout;         // (T, H) dtype
     const void* down_bias;    // (E, H) dtype, or nullptr
     const void* ids;          // (T, k) int32 | int64
@@ -81,12 +81,16 @@ struct GateGradArgs {
     DType dtype;
     bool ids_i64, weights_f32, has_gate;
     GateParams gate;
-    void* dA_out = nullptr;  // (rows, N) dtype, or nullptr
-    void* wh_out = nullptr;  // (rows, I) dtype, or nullptr
+    // Outputs, each optional (nullptr: not written); the f32 ones may be AU and GH themselves (in place).
+    float* dA_f32 = nullptr;  // (rows, N) dA = w·G·act'(...) in f32
+    float* h_f32 = nullptr;   // (rows, I) h = act(g)·u, rounded to the dtype, in f32
+    void* dA_out = nullptr;   // (rows, N) dA in the dtype
+    void* wh_out = nullptr;   // (rows, I) w·h in the dtype
 };
 void launch_gate_grad(const GateGradArgs& args, cudaStream_t stream);
 
 // The gate pass of backward call b over a pipeline's f32 buffers and its routing's slot rows.
+// dA and h written over AU and GH in f32 (the SIMT backward's buffers); set the outputs for other uses.
 inline GateGradArgs gate_grad_args(const ExpertsBackwardArgs& b, const int32_t* slot_row, float* AU, float* GH,
                                    float* row_w) {
     const ExpertsArgs& a = b.fwd;
@@ -109,7 +113,9 @@ inline GateGradArgs gate_grad_args(const ExpertsBackwardArgs& b, const int32_t* 
                         .ids_i64 = a.ids_i64,
                         .weights_f32 = a.weights_f32,
                         .has_gate = a.has_gate,
-                        .gate = a.gate};
+                        .gate = a.gate,
+                        .dA_f32 = AU,
+                        .h_f32 = GH};
 }
 
 // Zeros every padding row (row_slot -1) below *total_rows of each of the (rows_bound, ld[i]) dtype buffers: the

@@ -5,14 +5,13 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/backward/backward_kernels.h"
 #include "cuda/backward/operand.cuh"
 #include "cuda/common/numeric.cuh"
 
 namespace moex::cuda::backward {
-
-inline constexpr int kGateThreads = 128;
 
 // x as `dt` rounds it, back in f32 (h is rounded to the activation dtype before the down projection).
 __device__ __forceinline__ float round_to_dtype(float x, DType dt) {
@@ -78,62 +77,123 @@ __device__ __forceinline__ void gate_pair(const GateParams& p, bool gated, float
     h = a * u, dg = slope * u, du = a;
 }
 
-// Sum over the CTA (kGateThreads threads), the same tree every time; the result in every thread.
-__device__ __forceinline__ float block_sum(float v) {
-    __shared__ float partial[kGateThreads / 32];
-#pragma unroll
-    for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
-    const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
-    if (lane == 0) partial[warp] = v;
-    __syncthreads();
-    float total = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kGateThreads / 32; ++w) total += partial[w];
-    __syncthreads();  // partial is reused by the next slot
-    return total;
+// Four consecutive values at p (16-byte aligned when kVec), or the ones below n one by one (the rest 0).
+template <bool kVec>
+__device__ __forceinline__ float4 load4(const float* p, int64_t n) {
+    if constexpr (kVec) {
+        return *reinterpret_cast<const float4*>(p);
+    } else {
+        return make_float4(n > 0 ? p[0] : 0.f, n > 1 ? p[1] : 0.f, n > 2 ? p[2] : 0.f, n > 3 ? p[3] : 0.f);
+    }
 }
+template <bool kVec>
+__device__ __forceinline__ void store4(float* p, int64_t n, const float (&v)[4]) {
+    if constexpr (kVec) {
+        *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    } else {
+        for (int j = 0; j < 4 && j < n; ++j) p[j] = v[j];
+    }
+}
+// Four values in T: one 8-byte store (16-bit T) or 16 bytes (f32) when kVec.
+template <class T, bool kVec>
+__device__ __forceinline__ void store4_as(T* p, int64_t n, const float (&v)[4]) {
+    if constexpr (kVec && sizeof(T) == 2) {
+        struct alignas(8) Quad {
+            T q[4];
+        } quad{{from_f32<T>(v[0]), from_f32<T>(v[1]), from_f32<T>(v[2]), from_f32<T>(v[3])}};
+        *reinterpret_cast<Quad*>(p) = quad;
+    } else if constexpr (kVec) {
+        store4<true>(reinterpret_cast<float*>(p), 4, v);
+    } else {
+        for (int j = 0; j < 4 && j < n; ++j) p[j] = from_f32<T>(v[j]);
+    }
+}
+inline constexpr int kGateWarps = 8;    // warps per CTA, one slot each
+inline constexpr int kGateQuads = 4;    // quads (4 consecutive i) a lane loads before it computes and stores any
+inline constexpr int kGateSpan = 32 * 4 * kGateQuads;  // i values per pass of a warp
 
-// One CTA per slot (grid-stride over slots; the slot is the same in every thread, so the branches are uniform).
-template <class T>
-__global__ void __launch_bounds__(kGateThreads) gate_grad_kernel(const __grid_constant__ GateGradArgs a) {
+// One warp per slot, grid-stride over slots. A pass loads kGateQuads quads of i per lane (g, u and G of each, 16-byte
+// loads when kVec: I % 4 == 0), then computes and stores them: the loads of a pass are all in flight at once (stores
+// to AU / GH may alias the next loads, so the compiler could not hoist them itself). Every lane sums its own G·h in
+// a fixed order and the warp adds the 32 partial sums in a fixed tree: the same bits every run.
+template <class T, bool kVec>
+__global__ void __launch_bounds__(32 * kGateWarps) gate_grad_kernel(const __grid_constant__ GateGradArgs a) {
     const DType w_dtype = a.weights_f32 ? DType::kF32 : a.dtype;
-    for (int64_t s = blockIdx.x; s < a.S; s += gridDim.x) {
+    const int lane = int(threadIdx.x) & 31;
+    const int64_t warps = int64_t(gridDim.x) * kGateWarps;
+    T* const dA_out = static_cast<T*>(a.dA_out);
+    T* const wh_out = static_cast<T*>(a.wh_out);
+    for (int64_t s = int64_t(blockIdx.x) * kGateWarps + threadIdx.x / 32; s < a.S; s += warps) {
         const int row = a.slot_row[s];
         if (row < 0) {  // sentinel: no row, and exactly 0 for its weight
-            if (a.grad_weights && threadIdx.x == 0) store_as(a.grad_weights, s, w_dtype, 0.0f);
+            if (a.grad_weights && lane == 0) store_as(a.grad_weights, s, w_dtype, 0.0f);
             continue;
         }
         const float w = load_weight(a.weights, a.weights_f32, a.dtype, s);
-        float* au = a.AU + int64_t(row) * a.N;
-        float* gh = a.GH + int64_t(row) * a.I;
+        const float* au = a.AU + int64_t(row) * a.N;
+        const float* gh = a.GH + int64_t(row) * a.I;
         float dot = 0.0f;
-        for (int64_t i = threadIdx.x; i < a.I; i += kGateThreads) {
-            const int64_t cg = !a.has_gate ? i : a.gate.concatenated ? i : 2 * i;
-            const int64_t cu = !a.has_gate ? i : a.gate.concatenated ? a.I + i : 2 * i + 1;
-            float h, dg, du;
-            gate_pair(a.gate, a.has_gate, au[cg], au[cu], h, dg, du);
-            h = round_to_dtype(h, a.dtype);
-            const float G = gh[i], dh = w * G;
-            dot += G * h;
-            gh[i] = h;
-            if (a.has_gate) au[cg] = dh * dg;
-            au[cu] = dh * du;
-            if (a.dA_out) {
-                if (a.has_gate) store_as(a.dA_out, int64_t(row) * a.N + cg, a.dtype, dh * dg);
-                store_as(a.dA_out, int64_t(row) * a.N + cu, a.dtype, dh * du);
+        for (int64_t base = 0; base < a.I; base += kGateSpan) {
+            float4 g[kGateQuads], u[kGateQuads], G[kGateQuads];
+#pragma unroll
+            for (int q = 0; q < kGateQuads; ++q) {
+                const int64_t i0 = base + 4 * (lane + 32 * q), n = a.I - i0;
+                if (n <= 0) continue;
+                G[q] = load4<kVec>(gh + i0, n);
+                if (!a.has_gate) {
+                    u[q] = load4<kVec>(au + i0, n), g[q] = u[q];  // g unused
+                } else if (a.gate.concatenated) {
+                    g[q] = load4<kVec>(au + i0, n), u[q] = load4<kVec>(au + a.I + i0, n);
+                } else {  // interleaved: (g, u) pairs of i0 .. i0 + 3 in 8 consecutive values
+                    const float4 lo = load4<kVec>(au + 2 * i0, 2 * n), hi = load4<kVec>(au + 2 * i0 + 4, 2 * n - 4);
+                    g[q] = make_float4(lo.x, lo.z, hi.x, hi.z), u[q] = make_float4(lo.y, lo.w, hi.y, hi.w);
+                }
             }
-            if (a.wh_out) store_as(a.wh_out, int64_t(row) * a.I + i, a.dtype, w * h);
+#pragma unroll
+            for (int q = 0; q < kGateQuads; ++q) {
+                const int64_t i0 = base + 4 * (lane + 32 * q), n = a.I - i0;
+                if (n <= 0) continue;
+                const float gv[4] = {g[q].x, g[q].y, g[q].z, g[q].w}, uv[4] = {u[q].x, u[q].y, u[q].z, u[q].w};
+                const float Gv[4] = {G[q].x, G[q].y, G[q].z, G[q].w};
+                float h[4], dAg[4], dAu[4], wh[4];
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    float dg, du;
+                    gate_pair(a.gate, a.has_gate, gv[j], uv[j], h[j], dg, du);
+                    h[j] = round_to_dtype(h[j], a.dtype);
+                    const float dh = w * Gv[j];
+                    if (j < n) dot += Gv[j] * h[j];
+                    dAg[j] = dh * dg, dAu[j] = dh * du, wh[j] = w * h[j];
+                }
+                if (a.h_f32) store4<kVec>(a.h_f32 + int64_t(row) * a.I + i0, n, h);
+                if (wh_out) store4_as<T, kVec>(wh_out + int64_t(row) * a.I + i0, n, wh);
+                const auto put = [&](auto* dst, const int64_t ld) {  // dA of these quads into a row of ld values
+                    using D = std::remove_pointer_t<decltype(dst)>;
+                    D* r = dst + int64_t(row) * ld;
+                    if (!a.has_gate) {
+                        store4_as<D, kVec>(r + i0, n, dAu);
+                    } else if (a.gate.concatenated) {
+                        store4_as<D, kVec>(r + i0, n, dAg), store4_as<D, kVec>(r + a.I + i0, n, dAu);
+                    } else {
+                        const float lo[4] = {dAg[0], dAu[0], dAg[1], dAu[1]}, hi[4] = {dAg[2], dAu[2], dAg[3], dAu[3]};
+                        store4_as<D, kVec>(r + 2 * i0, 2 * n, lo), store4_as<D, kVec>(r + 2 * i0 + 4, 2 * n - 4, hi);
+                    }
+                };
+                if (a.dA_f32) put(a.dA_f32, a.N);
+                if (dA_out) put(dA_out, a.N);
+            }
         }
         if (a.down_bias) {
             const int e = load_expert(a.ids, a.ids_i64, s, a.E);  // in [0, E): the slot has a row
             const T* bd = static_cast<const T*>(a.down_bias) + int64_t(e) * a.H;
             const T* dO = static_cast<const T*>(a.dout) + (s / a.k) * a.H;
-            for (int64_t c = threadIdx.x; c < a.H; c += kGateThreads) dot += to_f32(dO[c]) * to_f32(bd[c]);
+            for (int64_t c = lane; c < a.H; c += 32) dot += to_f32(dO[c]) * to_f32(bd[c]);
         }
-        const float dw = block_sum(dot);
-        if (threadIdx.x == 0) {
+#pragma unroll
+        for (int d = 16; d > 0; d >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, d);
+        if (lane == 0) {
             a.row_w[row] = w;
-            if (a.grad_weights) store_as(a.grad_weights, s, w_dtype, dw);
+            if (a.grad_weights) store_as(a.grad_weights, s, w_dtype, dot);
         }
     }
 }

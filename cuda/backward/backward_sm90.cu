@@ -152,6 +152,8 @@ void run_experts_backward_sm90(const ExpertsBackwardArgs& b, cudaStream_t stream
 
     backward::GateGradArgs gate =
         backward::gate_grad_args(b, r.slot_row, ws.at<float>(au), ws.at<float>(gh), ws.at<float>(row_w));
+    // dA and w·h in bf16 feed the GEMMs; dA in f32 only feeds the gate_up bias's column sums, and h in f32 nothing.
+    gate.dA_f32 = b.grad_gate_up_bias ? ws.at<float>(au) : nullptr, gate.h_f32 = nullptr;
     gate.dA_out = ws.at<void>(da16), gate.wh_out = ws.at<void>(wh16);
     backward::launch_gate_grad(gate, stream);
     backward::launch_zero_padding({.rows = {ws.at<void>(da16), ws.at<void>(wh16)},
