@@ -111,7 +111,7 @@ void run_experts_backward(const ExpertsBackwardArgs& b, void* stream_handle) {
                                  .dtype = a.dtype,
                                  .b_k_major = a.is_transposed};
         backward::launch_row_gemm(dx, stream);
-        backward::launch_token_sum(backward::token_sum_args(b, r.slot_row, ws.at<float>(dx_rows)), stream);
+        backward::launch_token_sum(backward::token_sum_args(b, r.slot_row, ws.at<float>(dx_rows), true), stream);
     }
     auto weight_grad = [&](const RowOperand& P, const RowOperand& Q, void* C, int64_t M, int64_t L) {
         backward::launch_weight_grad({.P = P,

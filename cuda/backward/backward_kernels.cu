@@ -126,9 +126,21 @@ void launch_zero_padding(const ZeroPaddingArgs& a, cudaStream_t stream) {
 }
 
 void launch_token_sum(const TokenSumArgs& a, cudaStream_t stream) {
-    const unsigned blocks = stride_blocks(a.T * a.H, 256, 32);
+    const unsigned blocks = stride_blocks(a.T * ceil_div(a.H, 4), 256, 32);
+    const uintptr_t row_align = a.rows_f32 || a.dtype == DType::kF32 ? 16 : 8;
+    const bool vec = a.H % 4 == 0 && reinterpret_cast<uintptr_t>(a.rows) % row_align == 0 &&
+                     reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
     with_dtype(a.dtype, "experts backward", [&](auto t) {
-        token_sum_kernel<decltype(t)><<<blocks, 256, 0, stream>>>(a);
+        using T = decltype(t);
+        const auto launch = [&](auto tr) {
+            using TR = decltype(tr);
+            if (vec) {
+                token_sum_kernel<T, TR, true><<<blocks, 256, 0, stream>>>(a);
+            } else {
+                token_sum_kernel<T, TR, false><<<blocks, 256, 0, stream>>>(a);
+            }
+        };
+        a.rows_f32 ? launch(float{}) : launch(T{});
         MOEX_LAUNCH_CHECK();
     });
 }

@@ -132,18 +132,26 @@ void launch_zero_padding(const ZeroPaddingArgs& args, cudaStream_t stream);
 
 // dx[t] = Σ_j dX_rows[slot_row[t·k + j]] in slot order (sentinels skipped), rounded once to dtype.
 struct TokenSumArgs {
-    const float* rows;        // (S, H) f32
+    const void* rows;         // (S, H) f32, or the dtype where rows_f32 is false
     const int32_t* slot_row;  // (S,)
     void* out;                // (T, H) dtype
     int64_t T, H, k;
     DType dtype;
+    bool rows_f32;
 };
 void launch_token_sum(const TokenSumArgs& args, cudaStream_t stream);
-// grad_hidden from the dX rows (S, H) f32, as both backward forms (backward.cu, backward_sm90.cu) sum it.
-inline TokenSumArgs token_sum_args(const ExpertsBackwardArgs& b, const int32_t* slot_row, const float* dx_rows) {
+// grad_hidden from the dX rows (S, H), f32 (the SIMT backward) or the dtype (the tensor-core one), summed per token.
+inline TokenSumArgs token_sum_args(const ExpertsBackwardArgs& b, const int32_t* slot_row, const void* dx_rows,
+                                   bool rows_f32) {
     const ExpertsArgs& a = b.fwd;
-    return TokenSumArgs{
-        .rows = dx_rows, .slot_row = slot_row, .out = b.grad_hidden, .T = a.T, .H = a.H, .k = a.k, .dtype = a.dtype};
+    return TokenSumArgs{.rows = dx_rows,
+                        .slot_row = slot_row,
+                        .out = b.grad_hidden,
+                        .T = a.T,
+                        .H = a.H,
+                        .k = a.k,
+                        .dtype = a.dtype,
+                        .rows_f32 = rows_f32};
 }
 
 // The bias gradients of both backward forms, each where asked: per expert, the column sums of dA (au: (rows, N) f32

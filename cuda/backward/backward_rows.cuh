@@ -213,18 +213,38 @@ __global__ void __launch_bounds__(256) zero_padding_kernel(const __grid_constant
     }
 }
 
-// One thread per (t, c), grid-stride: the k slots in order, sentinels skipped.
-template <class T>
+// Four values of type T at p as floats: one 8-byte (16-bit T) or 16-byte (f32) load when kVec, else the ones below n.
+template <class T, bool kVec>
+__device__ __forceinline__ float4 load4_as(const T* p, int64_t n) {
+    if constexpr (kVec && sizeof(T) == 2) {
+        struct alignas(8) Quad {
+            T q[4];
+        } quad = *reinterpret_cast<const Quad*>(p);
+        return make_float4(to_f32(quad.q[0]), to_f32(quad.q[1]), to_f32(quad.q[2]), to_f32(quad.q[3]));
+    } else if constexpr (kVec) {
+        return load4<true>(reinterpret_cast<const float*>(p), 4);
+    } else {
+        return make_float4(n > 0 ? to_f32(p[0]) : 0.f, n > 1 ? to_f32(p[1]) : 0.f, n > 2 ? to_f32(p[2]) : 0.f,
+                           n > 3 ? to_f32(p[3]) : 0.f);
+    }
+}
+
+// One thread per (t, four consecutive c), grid-stride: the k slots' rows (TR: f32 or the dtype) summed in f32 in slot
+// order, sentinels skipped.
+template <class T, class TR, bool kVec>
 __global__ void __launch_bounds__(256) token_sum_kernel(const __grid_constant__ TokenSumArgs a) {
-    const int64_t n = a.T * a.H;
+    const int64_t quads = (a.H + 3) / 4, n = a.T * quads;
+    const TR* rows = static_cast<const TR*>(a.rows);
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t t = i / a.H, c = i % a.H;
-        float sum = 0.0f;
+        const int64_t t = i / quads, c = 4 * (i % quads), left = a.H - c;
+        float sum[4] = {0.f, 0.f, 0.f, 0.f};
         for (int64_t j = 0; j < a.k; ++j) {
             const int row = a.slot_row[t * a.k + j];
-            if (row >= 0) sum += a.rows[int64_t(row) * a.H + c];
+            if (row < 0) continue;
+            const float4 v = load4_as<TR, kVec>(rows + int64_t(row) * a.H + c, left);
+            sum[0] += v.x, sum[1] += v.y, sum[2] += v.z, sum[3] += v.w;
         }
-        static_cast<T*>(a.out)[i] = from_f32<T>(sum);
+        store4_as<T, kVec>(static_cast<T*>(a.out) + t * a.H + c, left, sum);
     }
 }
 

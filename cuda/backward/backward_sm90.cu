@@ -2,7 +2,7 @@
 // GEMMs as wgmma GEMMs over the padded-contiguous layout of the forward's grouped pipeline.
 //   routing (128-row expert blocks) -> gathered rows of x and of dO (zero padding rows)
 //   -> A = X Wuᵀ + bu and G = dO Wd (the forward's sm_90a grouped GEMM, f32 out) -> per slot h, dw, dA (gate_grad,
-//   which also writes dA and w·h in bf16) -> dX rows = dA Wu (grouped GEMM, f32) and the per-token sum
+//   which also writes dA and w·h in bf16) -> dX rows = dA Wu (grouped GEMM, bf16) and the per-token sum (f32)
 //   -> dWu = dAᵀ X, dWd = dOᵀ (w h) (weight_grad_sm90: the expert's rows are the K loop) -> bias column sums (f32
 //   rows).
 // Nothing (S, H)-sized is kept from the forward: the forward's activations are recomputed from x. No float atomics:
@@ -120,7 +120,7 @@ void run_experts_backward_sm90(const ExpertsBackwardArgs& b, cudaStream_t stream
     const size_t gh = ws.reserve_n<float>(P * I);                           // (P, I) G = dO Wd, then h
     const size_t da16 = ws.reserve(size_t(P * N * es));                     // (P, N) dA in bf16
     const size_t wh16 = ws.reserve(size_t(P * I * es));                     // (P, I) w·h in bf16
-    const size_t dx_rows = b.grad_hidden ? ws.reserve_n<float>(P * H) : 0;  // (P, H) dA Wu
+    const size_t dx_rows = b.grad_hidden ? ws.reserve(size_t(P * H * es)) : 0;  // (P, H) dA Wu in bf16
     ws.allocate();
     const RoutingArgs r = rb.args(ws, a.top_k_index, a.ids_i64);
     launch_routing(r, stream);
@@ -165,9 +165,11 @@ void run_experts_backward_sm90(const ExpertsBackwardArgs& b, cudaStream_t stream
                                   stream);
 
     if (b.grad_hidden) {
-        m.dx.A = ws.at<void>(da16), m.dx.D = ws.at<void>(dx_rows);
+        // The rows in bf16, as transformers' grouped_mm backward has them (one rounding of each of the k terms of a
+        // token's sum, inside the tensor-core path's bound), summed per token in f32: half the bytes of f32 rows.
+        m.dx.A = ws.at<void>(da16), m.dx.D = ws.at<void>(dx_rows), m.dx.d_f32 = false;
         launch_grouped_gemm(m.dx, stream);
-        backward::launch_token_sum(backward::token_sum_args(b, r.slot_row, ws.at<float>(dx_rows)), stream);
+        backward::launch_token_sum(backward::token_sum_args(b, r.slot_row, ws.at<float>(dx_rows), false), stream);
     }
     if (b.grad_gate_up) {
         m.dwu.A = ws.at<void>(a.is_transposed ? x_rows : da16), m.dwu.B = ws.at<void>(a.is_transposed ? da16 : x_rows);
