@@ -100,7 +100,8 @@ const char* backward_sm90_why_not(const ExpertsBackwardArgs& b) {
         if (const char* why = sm90_refusal(*g)) return why;
     }
     for (WeightGradGemmArgs* w : {&m.dwu, &m.dwd}) {
-        w->A = kAligned, w->B = kAligned, w->C = kAligned;
+        w->A = kAligned, w->B = kAligned;  // C is the caller's gradient: its own alignment is checked
+        if (w->C == nullptr) w->C = kAligned;
         if (const char* why = weight_grad_sm90_why_not(*w)) return why;
     }
     return nullptr;
