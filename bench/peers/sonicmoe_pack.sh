@@ -21,7 +21,9 @@ pip_get() {
 
 for tool in xz strip split unzip; do command -v "$tool" >/dev/null || { echo "sonicmoe_pack: needs $tool" >&2; exit 1; }; done
 [[ -f $BENCH ]] || { echo "sonicmoe_pack: no bench script at $BENCH (set PEERS_BENCH)" >&2; exit 1; }
-rm -rf "$DIR" && mkdir -p "$DIR/wheels"
+# Only this script's own outputs are replaced: DIR also holds other peers' files (cpu/ for the CPU host's ggml binary,
+# quack-cache.tar.xz from a GPU run).
+rm -rf "$DIR/wheels" "$DIR"/libs-base.* "$DIR/sonicmoe_bench.py" && mkdir -p "$DIR/wheels"
 work=$(mktemp -d /tmp/sonicmoe_pack.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
