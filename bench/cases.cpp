@@ -178,11 +178,33 @@ CaseResult ShapeBench::run(const Backend& backend, int64_t T) {
         res.skip = *why;
         return res;
     }
+    if (config_.backward && !backend.has_backward(dev)) {
+        res.skip = "it has no backward on cpu";
+        return res;
+    }
+    // --backward: a call is the backward pass (every gradient; dO random), dx written to `out`.
+    DeviceTensor dout, dw, dwu, dwd;
+    ExpertsGrads grads;
+    if (config_.backward) {
+        Tensor d_host(config_.dtype, {T, m.H});
+        common::fill_random(d_host.view(), 1.0, common::mix_seed(seed, 99), common::Distribution::kNormal,
+                            config_.threads);
+        dout = DeviceTensor::from_host(d_host.view(), dev);
+        const int64_t w_shape[2] = {T, m.k};
+        dw = DeviceTensor(DType::kF32, w_shape, 2, dev);
+        dwu = DeviceTensor(config_.dtype, gate_up_[0].view().shape, 3, dev);
+        dwd = DeviceTensor(config_.dtype, down_[0].view().shape, 3, dev);
+        grads.hidden_states = out.view(), grads.top_k_weights = dw.view();
+        grads.gate_up_proj = dwu.view(), grads.down_proj = dwd.view();
+    }
     const RunOptions options{.num_threads = config_.threads};
     out.fill_bytes(0xff);  // NaN in bf16, f16 and f32: a row left unwritten shows
     auto time_one = [&](int r) {
         const auto t0 = std::chrono::steady_clock::now();
-        backend.run(problem_for(r), out.view(), options);
+        if (config_.backward)
+            backend.backward(problem_for(r), dout.view(), grads, options);
+        else
+            backend.run(problem_for(r), out.view(), options);
         device_synchronize(dev);
         return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     };

@@ -25,7 +25,7 @@ struct BenchConfig {
     int64_t max_weight_bytes = 6LL << 30;  // all weight sets of one shape together
     int64_t llc_bytes = 32LL << 20;        // the cache that must not hold a repetition's experts (CPU LLC, GPU L2)
     bool graph = false;                    // CUDA: time replays of a captured CUDA graph
-    bool backward = false;                 // CUDA: time the backward (every gradient) instead of the forward
+    bool backward = false;                 // time the backward (every gradient) instead of the forward
     // Quantized experts: the weight sets are quantized once (moex/quant.h's quantizer), activations per `act`.
     QuantFormat quant = QuantFormat::kNone;
     WeightBlock block{128, 128};      // fp8

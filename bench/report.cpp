@@ -241,7 +241,7 @@ void Reporter::text_row(const Row& r, const Derived& d) {
     const std::string x_floor = d.floor_us > 0 ? fmt::format("{:.2f}", d.x_floor) : "—";
     if (r.device == Device::kCPU) {
         return line(fmt::format("{:<18} {:>5} {:<11} {:>12.1f} {:>8.1f} {:>7.2f} {:>7.1f} {:>7}  {}",
-                                shape_label(*r.plan), r.T, r.backend, r.result.median_us, d.gflops, d.gbps,
+                                shape_label(*r.plan), r.T, backend_label(r), r.result.median_us, d.gflops, d.gbps,
                                 r.result.e_touched, x_floor, reps));
     }
     const std::string hf = d.hf ? fmt::format("{:.0f}", d.hf->best_us) : "—";
