@@ -67,6 +67,25 @@ void outer(Scratch& s, const float* P, int64_t M, const float* Q, int64_t L, int
         for (int64_t i = 0; i < M * L; ++i) C[i] += dst[i];
 }
 
+// C (M, L) = Pᵀ Q as outer() computes it, stored straight into `out` (M, L) in dtype dt, kOuterRows rows of C at a
+// time through an f32 slab that stays in cache: an expert whose rows fit one block needs no (M, L) f32 accumulator
+// written, read back and converted (at qwen3-30b-a3b T = 512 those passes moved ~6 GB per call).
+constexpr int64_t kOuterRows = 128;
+void outer_store(Scratch& s, const float* P, int64_t M, const float* Q, int64_t L, int64_t m, DType dt, void* out) {
+    float* pt = s.pt.get(M * m);
+    for (int64_t r = 0; r < m; ++r)
+        for (int64_t i = 0; i < M; ++i) pt[i * m + r] = P[r * M + i];
+    const float** a = s.rows(M);
+    for (int64_t i = 0; i < M; ++i) a[i] = pt + i * m;
+    const WeightMat q{Q, DType::kF32, true, L, m};
+    float* slab = s.tmp.get(kOuterRows * L);
+    for (int64_t i0 = 0; i0 < M; i0 += kOuterRows) {
+        const int64_t mc = M - i0 < kOuterRows ? M - i0 : kOuterRows;
+        gemm_rows(a + i0, mc, q, L, slab, L);
+        store(slab, mc * L, dt, static_cast<char*>(out) + i0 * L * dtype_size(dt));
+    }
+}
+
 struct Pass {
     const CpuProblem& cp;
     const ExpertsGrads& g;
@@ -78,8 +97,9 @@ struct Pass {
     bool want_up, want_down, want_bu, want_bd;
 };
 
-// Rows [r0, r0 + m) of expert e; first: the first block of the expert (accumulators are written, not added to).
-void block(const Pass& ps, Scratch& s, int64_t e, int64_t r0, int64_t m, bool first) {
+// Rows [r0, r0 + m) of expert e; first: the first block of the expert (accumulators are written, not added to);
+// only: the expert's one block (its weight gradients are stored here, without the accumulators).
+void block(const Pass& ps, Scratch& s, int64_t e, int64_t r0, int64_t m, bool first, bool only) {
     const CpuProblem& cp = ps.cp;
     const int64_t H = cp.H, I = cp.I, N = cp.up_width, es = dtype_size(cp.dtype);
     const float** xr = s.rows(m);
@@ -128,12 +148,22 @@ void block(const Pass& ps, Scratch& s, int64_t e, int64_t r0, int64_t m, bool fi
         gemm_rows(xr, m, flipped(cp.up(e), N), H, ps.dx_rows + r0 * H, H);
     }
     const bool tr = cp.p->is_transposed;
+    const ExpertsGrads& g = ps.g;
+    auto at = [](const TensorView& t, int64_t off) { return static_cast<char*>(t.data) + off * dtype_size(t.dtype); };
+    // C (M, L) = Pᵀ Q into the accumulator acc, or (only) straight into the gradient tensor t at element offset off.
+    auto weight_grad = [&](const float* P, int64_t M, const float* Q, int64_t L, FloatBuffer& acc, const TensorView& t,
+                           int64_t off) {
+        if (only)
+            outer_store(s, P, M, Q, L, m, t.dtype, at(t, off));
+        else
+            outer(s, P, M, Q, L, m, acc.get(M * L), !first);
+    };
     if (ps.want_up)
-        tr ? outer(s, x, H, da, N, m, s.acc_up.get(N * H), !first)
-           : outer(s, da, N, x, H, m, s.acc_up.get(N * H), !first);
+        tr ? weight_grad(x, H, da, N, s.acc_up, g.gate_up_proj, e * N * H)
+           : weight_grad(da, N, x, H, s.acc_up, g.gate_up_proj, e * N * H);
     if (ps.want_down)
-        tr ? outer(s, h, I, wdo, H, m, s.acc_down.get(H * I), !first)
-           : outer(s, wdo, H, h, I, m, s.acc_down.get(H * I), !first);
+        tr ? weight_grad(h, I, wdo, H, s.acc_down, g.down_proj, e * H * I)
+           : weight_grad(wdo, H, h, I, s.acc_down, g.down_proj, e * H * I);
     auto column_sums = [&](const float* v, int64_t n, float* acc) {
         if (first)
             for (int64_t c = 0; c < n; ++c) acc[c] = 0.0f;
@@ -158,11 +188,12 @@ void expert_task(const Pass& ps, int64_t e, int64_t gi) {
     }
     thread_local Scratch s;
     const int64_t b0 = ps.r.begin[size_t(gi)], b1 = ps.r.begin[size_t(gi) + 1];
+    const bool only = b1 - b0 <= kRowBlock;
     for (int64_t r0 = b0; r0 < b1; r0 += kRowBlock)
-        block(ps, s, e, r0, b1 - r0 < kRowBlock ? b1 - r0 : kRowBlock, r0 == b0);
+        block(ps, s, e, r0, b1 - r0 < kRowBlock ? b1 - r0 : kRowBlock, r0 == b0, only);
     auto at = [](const TensorView& t, int64_t off) { return static_cast<char*>(t.data) + off * dtype_size(t.dtype); };
-    if (ps.want_up) store(s.acc_up.get(N * H), N * H, g.gate_up_proj.dtype, at(g.gate_up_proj, e * N * H));
-    if (ps.want_down) store(s.acc_down.get(H * I), H * I, g.down_proj.dtype, at(g.down_proj, e * H * I));
+    if (ps.want_up && !only) store(s.acc_up.get(N * H), N * H, g.gate_up_proj.dtype, at(g.gate_up_proj, e * N * H));
+    if (ps.want_down && !only) store(s.acc_down.get(H * I), H * I, g.down_proj.dtype, at(g.down_proj, e * H * I));
     if (ps.want_bu) store(s.acc_bu.get(N), N, g.gate_up_bias.dtype, at(g.gate_up_bias, e * N));
     if (ps.want_bd) store(s.acc_bd.get(H), H, g.down_bias.dtype, at(g.down_bias, e * H));
 }
