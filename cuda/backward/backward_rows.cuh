@@ -108,8 +108,8 @@ __device__ __forceinline__ void store4_as(T* p, int64_t n, const float (&v)[4]) 
         for (int j = 0; j < 4 && j < n; ++j) p[j] = from_f32<T>(v[j]);
     }
 }
-inline constexpr int kGateWarps = 8;    // warps per CTA, one slot each
-inline constexpr int kGateQuads = 4;    // quads (4 consecutive i) a lane loads before it computes and stores any
+inline constexpr int kGateWarps = 8;  // warps per CTA, one slot each
+inline constexpr int kGateQuads = 4;  // quads (4 consecutive i) a lane loads before it computes and stores any
 inline constexpr int kGateSpan = 32 * 4 * kGateQuads;  // i values per pass of a warp
 
 // One warp per slot, grid-stride over slots. A pass loads kGateQuads quads of i per lane (g, u and G of each, 16-byte

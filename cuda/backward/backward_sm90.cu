@@ -114,13 +114,13 @@ void run_experts_backward_sm90(const ExpertsBackwardArgs& b, cudaStream_t stream
     Workspace ws(stream);
     const RoutingBuffers rb = reserve_routing(ws, S, E, kRowAlign, kRowAlign);
     const int64_t P = rb.rows_bound;
-    const size_t x_rows = ws.reserve(size_t(P * H * es));                   // (P, H) gathered x
-    const size_t do_rows = ws.reserve(size_t(P * H * es));                  // (P, H) gathered dO
-    const size_t row_w = ws.reserve_n<float>(P);                            // (P,) routing weight of each row
-    const size_t au = ws.reserve_n<float>(P * N);                           // (P, N) up projection, then dA
-    const size_t gh = ws.reserve_n<float>(P * I);                           // (P, I) G = dO Wd, then h
-    const size_t da16 = ws.reserve(size_t(P * N * es));                     // (P, N) dA in bf16
-    const size_t wh16 = ws.reserve(size_t(P * I * es));                     // (P, I) w·h in bf16
+    const size_t x_rows = ws.reserve(size_t(P * H * es));                       // (P, H) gathered x
+    const size_t do_rows = ws.reserve(size_t(P * H * es));                      // (P, H) gathered dO
+    const size_t row_w = ws.reserve_n<float>(P);                                // (P,) routing weight of each row
+    const size_t au = ws.reserve_n<float>(P * N);                               // (P, N) up projection, then dA
+    const size_t gh = ws.reserve_n<float>(P * I);                               // (P, I) G = dO Wd, then h
+    const size_t da16 = ws.reserve(size_t(P * N * es));                         // (P, N) dA in bf16
+    const size_t wh16 = ws.reserve(size_t(P * I * es));                         // (P, I) w·h in bf16
     const size_t dx_rows = b.grad_hidden ? ws.reserve(size_t(P * H * es)) : 0;  // (P, H) dA Wu in bf16
     ws.allocate();
     const RoutingArgs r = rb.args(ws, a.top_k_index, a.ids_i64);

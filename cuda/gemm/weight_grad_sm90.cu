@@ -102,8 +102,8 @@ const char* weight_grad_sm90_why_not(const WeightGradGemmArgs& a) {
     if (a.dtype != DType::kBF16 && a.dtype != DType::kF16) return "the weight-gradient kernel takes bf16/f16 only";
     if (a.M <= 0 || a.N <= 0 || a.E <= 0 || a.P <= 0) return "empty or negative dimension";
     if (a.M % 8 != 0 || a.N % 8 != 0) return "M and N must be multiples of 8 (16-byte TMA row stride)";
-    if (a.M > INT32_MAX || a.N > INT32_MAX || a.P > INT32_MAX || a.E > INT32_MAX ||
-        a.E * a.M > INT32_MAX || a.E * ceil_div(a.M, wg::kBlockM) * ceil_div(a.N, wg::kBlockN) > INT32_MAX)
+    if (a.M > INT32_MAX || a.N > INT32_MAX || a.P > INT32_MAX || a.E > INT32_MAX || a.E * a.M > INT32_MAX ||
+        a.E * ceil_div(a.M, wg::kBlockM) * ceil_div(a.N, wg::kBlockN) > INT32_MAX)
         return "dimension or tile count past 2^31";
     if (!a.A || !a.B || !a.C || !a.expert_row_start || !a.expert_row_count) return "missing pointer";
     if (!is_aligned16(a.A) || !is_aligned16(a.B) || !is_aligned16(a.C)) return "A, B and C must be 16-byte aligned";

@@ -4,9 +4,9 @@
 // is 64 consecutive M (or N) values of 64 rows, and the wgmma reads A and B transposed (sm90_wgmma.cuh). The
 // accumulators leave through the grouped GEMM's TMA-store epilogue (sm90_epilogue.cuh: swizzled 64-row boxes, the
 // last ones still being stored while the next tile's MMAs run), over C seen as (E·M, N) with each tile's rows
-// clipped at its expert's end. With 2-CTA clusters (M tiles per expert even), the pair runs the adjacent M tiles of one (expert,
-// N tile) and each CTA loads half of the B boxes for both by multicast: a third less L2 traffic per stage (ncu: the
-// kernel without pairs ran at 87% of L2 throughput and 57% of the tensor cores').
+// clipped at its expert's end. With 2-CTA clusters (M tiles per expert even), the pair runs the adjacent M tiles of one
+// (expert, N tile) and each CTA loads half of the B boxes for both by multicast: a third less L2 traffic per stage
+// (ncu: the kernel without pairs ran at 87% of L2 throughput and 57% of the tensor cores').
 #pragma once
 
 #include <cuda.h>
@@ -23,10 +23,10 @@
 namespace moex::cuda::sm90::wgrad {
 
 inline constexpr int32_t kBlockM = 128, kBlockN = 256, kBlockRows = 64, kStages = 4;
-inline constexpr int32_t kThreads = 384;                       // warpgroups 0, 1: consumers; 2: producer
-inline constexpr uint32_t kBoxBytes = 64 * kBlockRows * 2;     // 64 values x 64 rows of 16 bits: 8 KB
-inline constexpr uint32_t kABytes = kBlockM / 64 * kBoxBytes;  // 16 KB
-inline constexpr uint32_t kBBytes = kBlockN / 64 * kBoxBytes;  // 32 KB
+inline constexpr int32_t kThreads = 384;                           // warpgroups 0, 1: consumers; 2: producer
+inline constexpr uint32_t kBoxBytes = 64 * kBlockRows * 2;         // 64 values x 64 rows of 16 bits: 8 KB
+inline constexpr uint32_t kABytes = kBlockM / 64 * kBoxBytes;      // 16 KB
+inline constexpr uint32_t kBBytes = kBlockN / 64 * kBoxBytes;      // 32 KB
 inline constexpr uint32_t kStagingBytes = 2 * 2 * kStoreBoxBytes;  // 2 warpgroups x 2 store boxes
 inline constexpr uint32_t kSmemBytes =
     1024 + kStages * (kABytes + kBBytes) + kStagingBytes + 2 * kStages * sizeof(uint64_t);
@@ -61,8 +61,8 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads, 1) weight_grad_sm90_kernel(const __grid_constant__ Params p) {
     extern __shared__ uint8_t smem_raw[];
     uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-    uint8_t* smem_a = smem;                        // kStages x 2 boxes (64 M x 64 rows)
-    uint8_t* smem_b = smem_a + kStages * kABytes;  // kStages x 4 boxes (64 N x 64 rows)
+    uint8_t* smem_a = smem;                         // kStages x 2 boxes (64 M x 64 rows)
+    uint8_t* smem_b = smem_a + kStages * kABytes;   // kStages x 4 boxes (64 N x 64 rows)
     uint8_t* staging = smem_b + kStages * kBBytes;  // 2 warpgroups x 2 store boxes
     uint64_t* full = reinterpret_cast<uint64_t*>(staging + kStagingBytes);
     uint64_t* empty = full + kStages;

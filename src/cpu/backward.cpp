@@ -52,14 +52,20 @@ struct Scratch {
     }
 };
 
-// C (M, L) (+)= Pᵀ Q for P (m, M), Q (m, L) row-major: rows of Pᵀ against Q read as a transposed (L, m) B, so each
-// element sums the m rows in order. accumulate: C += (through tmp), else C =.
-void outer(Scratch& s, const float* P, int64_t M, const float* Q, int64_t L, int64_t m, float* C, bool accumulate) {
+// The M rows of Pᵀ for P (m, M) row-major, as the A rows of C = Pᵀ Q.
+const float** transposed_rows(Scratch& s, const float* P, int64_t M, int64_t m) {
     float* pt = s.pt.get(M * m);
     for (int64_t r = 0; r < m; ++r)
         for (int64_t i = 0; i < M; ++i) pt[i * m + r] = P[r * M + i];
     const float** a = s.rows(M);
     for (int64_t i = 0; i < M; ++i) a[i] = pt + i * m;
+    return a;
+}
+
+// C (M, L) (+)= Pᵀ Q for P (m, M), Q (m, L) row-major: rows of Pᵀ against Q read as a transposed (L, m) B, so each
+// element sums the m rows in order. accumulate: C += (through tmp), else C =.
+void outer(Scratch& s, const float* P, int64_t M, const float* Q, int64_t L, int64_t m, float* C, bool accumulate) {
+    const float** a = transposed_rows(s, P, M, m);
     const WeightMat q{Q, DType::kF32, true, L, m};
     float* dst = accumulate ? s.tmp.get(M * L) : C;
     gemm_rows(a, M, q, L, dst, L);
@@ -72,11 +78,7 @@ void outer(Scratch& s, const float* P, int64_t M, const float* Q, int64_t L, int
 // written, read back and converted (at qwen3-30b-a3b T = 512 those passes moved ~6 GB per call).
 constexpr int64_t kOuterRows = 128;
 void outer_store(Scratch& s, const float* P, int64_t M, const float* Q, int64_t L, int64_t m, DType dt, void* out) {
-    float* pt = s.pt.get(M * m);
-    for (int64_t r = 0; r < m; ++r)
-        for (int64_t i = 0; i < M; ++i) pt[i * m + r] = P[r * M + i];
-    const float** a = s.rows(M);
-    for (int64_t i = 0; i < M; ++i) a[i] = pt + i * m;
+    const float** a = transposed_rows(s, P, M, m);
     const WeightMat q{Q, DType::kF32, true, L, m};
     float* slab = s.tmp.get(kOuterRows * L);
     for (int64_t i0 = 0; i0 < M; i0 += kOuterRows) {

@@ -161,8 +161,8 @@ void run_checks() {
         run("many tiles", mixed, 392, 520, 3);
         run("all empty", {0, 0, 0}, 64, 64, 4);
         run("M 8 N 8", {5, 130}, 8, 8, 5);
-        run("N under 128", mixed, 256, 72, 6);  // the backward's dWd at I = 72
-        run("M 136 N 72", mixed, 136, 72, 7);  // a CTA pair whose second tile has 8 rows: one warpgroup idle
+        run("N under 128", mixed, 256, 72, 6);        // the backward's dWd at I = 72
+        run("M 136 N 72", mixed, 136, 72, 7);         // a CTA pair whose second tile has 8 rows: one warpgroup idle
         run("pairs, 3 B boxes", mixed, 256, 136, 8);  // CTA pairs: one loads B boxes 0 and 2, the other box 1
     }
 }
