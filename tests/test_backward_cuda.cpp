@@ -153,6 +153,14 @@ TEST_P(BackwardCuda, LargerShapesMatchReference) {
     check_gated_layouts(GetParam(), 300, 136, 72, 5, seed);
 }
 
+// I not a multiple of 4 (the gate pass's element-wise path, rows not 16-byte aligned) and H not a multiple of 8 (the
+// token sum's element-wise path): the SIMT backward everywhere (the tensor-core GEMMs refuse N = 2I = 36).
+TEST_P(BackwardCuda, UnalignedRowsMatchReference) {
+    MOEX_NEED_CUDA();
+    uint64_t seed = 1300;
+    check_gated_layouts(GetParam(), 37, 22, 18, 5, seed);
+}
+
 TEST_P(BackwardCuda, TwoRunsAreBitwiseEqual) {
     MOEX_NEED_CUDA();
     Variant v;
