@@ -206,7 +206,13 @@ void run_backward(const ExpertsProblem& p, const TensorView& grad_out, const Exp
     const CpuProblem cp = unpack_problem(p);
     const int threads = resolve_threads(num_threads);
     const int64_t T = cp.T, H = cp.H, k = cp.k;
-    FloatBuffer xbuf, dbuf, dxbuf;
+    // The calling thread's buffers, kept between calls as the forward keeps its own (experts_cpu.cpp): fresh ones
+    // cost a first-touch page fault per 4 KiB every call (perf: a quarter of a qwen3 T = 512 backward).
+    struct CallBuffers {
+        FloatBuffer x, dout, dx_rows;
+    };
+    thread_local CallBuffers buffers;
+    FloatBuffer &xbuf = buffers.x, &dbuf = buffers.dout, &dxbuf = buffers.dx_rows;
     const float* x = x_as_f32(cp, 0, T, xbuf, threads);
     CpuProblem dcp = cp;  // grad_out read as the hidden states are
     dcp.x = grad_out.data;
