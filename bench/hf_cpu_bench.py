@@ -3,7 +3,10 @@
 # `--combine moex.jsonl hf.jsonl` merges both tools' JSON lines into one markdown table (for bench/RESULTS.md).
 """Usage:
   python bench/hf_cpu_bench.py [--shapes ...] [--tokens 1,8,64] [--backends eager,batched_mm,grouped_mm]
-                               [--dtype bf16] [--threads N] [--reps 5] [--json]
+                               [--dtype bf16] [--threads N] [--reps 5] [--json] [--backward]
+  --backward times torch's autograd backward of each call instead (every gradient: x, the routing weights, both
+  projections; dO random), after an untimed forward that keeps its activations: moex bench --backward's rows beside
+  it also recompute the forward, so torch's figure leaves out work that moex's includes.
   python bench/hf_cpu_bench.py --combine moex.jsonl hf.jsonl
 Install: python -m venv .venv-hf && .venv-hf/bin/pip install -r bench/requirements-hf.txt
 """
@@ -85,7 +88,7 @@ def plan(name, H, I, E, k, dsize, max_bytes, llc):
     return e, sets, note
 
 
-def build_experts(torch, name, H, I, E, k, dtype, impl, seed):
+def build_experts(torch, name, H, I, E, k, dtype, impl, seed, grad=False):
     import importlib
     mod_name, cls_name, cfg_name, kwargs = MODELS[name]
     transformers = importlib.import_module("transformers")
@@ -98,8 +101,8 @@ def build_experts(torch, name, H, I, E, k, dtype, impl, seed):
     for pname in ("gate_up_proj", "down_proj"):
         shape = getattr(experts, pname).shape
         w = torch.empty(shape, dtype=dtype).normal_(0.0, 0.02, generator=g)
-        setattr(experts, pname, torch.nn.Parameter(w, requires_grad=False))
-    return experts.eval()
+        setattr(experts, pname, torch.nn.Parameter(w, requires_grad=grad))
+    return experts.train() if grad else experts.eval()
 
 
 def routing(torch, T, E, k, dtype, g):
@@ -111,10 +114,10 @@ def routing(torch, T, E, k, dtype, g):
 
 def time_case(call, warmup, reps, case_seconds):
     """call(r) runs repetition r; returns (µs per timed repetition, their r, whether the warm-up is the sample)."""
-    def once(r):
+    def once(r):  # call(r) may time its own part and return it (µs)
         t0 = time.perf_counter()
-        call(r)
-        return (time.perf_counter() - t0) * 1e6
+        own = call(r)
+        return own if own is not None else (time.perf_counter() - t0) * 1e6
 
     warm = 0.0
     for r in range(warmup):
@@ -158,7 +161,8 @@ def run(args):
         if note:
             emit({"kind": "note", "text": note}) if emit else print("note: " + note)
         # One module per weight set; the backend is read from config._experts_implementation at each call.
-        sets_ = [build_experts(torch, name, H, I, E, k, dtype, backends[0], args.seed + s) for s in range(sets)]
+        sets_ = [build_experts(torch, name, H, I, E, k, dtype, backends[0], args.seed + s, args.backward)
+                 for s in range(sets)]
         for T in tokens:
             g = torch.Generator().manual_seed(args.seed * 1000003 + T)
             x = torch.randn(T, H, generator=g).to(dtype)
@@ -178,9 +182,23 @@ def run(args):
                 def call(r):  # weight set and routing both rotate with the repetition, as in moex bench
                     sets_[r % sets](x, routings[r][0], routings[r][1])
 
+                def call_backward(r):  # the forward untimed, then the backward alone
+                    m = sets_[r % sets]
+                    m.gate_up_proj.grad = m.down_proj.grad = None
+                    xx = x.detach().requires_grad_(True)
+                    ww = routings[r][1].detach().requires_grad_(True)
+                    out = m(xx, routings[r][0], ww)
+                    t0 = time.perf_counter()
+                    out.backward(dout)
+                    return (time.perf_counter() - t0) * 1e6
+
                 try:
-                    with torch.inference_mode():
-                        us, picks, warm_only = time_case(call, args.warmup, args.reps, args.case_seconds)
+                    if args.backward:
+                        dout = torch.randn(T, H, generator=g).to(dtype)
+                        us, picks, warm_only = time_case(call_backward, args.warmup, args.reps, args.case_seconds)
+                    else:
+                        with torch.inference_mode():
+                            us, picks, warm_only = time_case(call, args.warmup, args.reps, args.case_seconds)
                 except (RuntimeError, MemoryError) as e:
                     row = {"kind": "error", "impl": "transformers", "shape": name, "T": T, "backend": b,
                            "reason": str(e).splitlines()[0]}
@@ -188,10 +206,13 @@ def run(args):
                     continue
                 med = statistics.median(us)
                 touched = statistics.mean(len(torch.unique(routings[r][0])) for r in picks)
-                gflop = 6.0 * T * k * H * I * 1e-9
+                gflop = (12.0 if args.backward else 6.0) * T * k * H * I * 1e-9
                 gbytes = dsize * 3.0 * H * I * touched * 1e-9
+                if args.backward:  # as moex bench --backward counts: weights read twice, every gradient written
+                    gbytes = dsize * (3.0 * H * I * (2 * touched + E) + 3.0 * T * H) * 1e-9
                 row = {"kind": "result", "impl": "transformers", "shape": name, "H": H, "I": I, "E": E,
-                       "E_model": E_model, "k": k, "T": T, "backend": b, "dtype": head["dtype"],
+                       "E_model": E_model, "k": k, "T": T, "backend": b + ("+bwd" if args.backward else ""),
+                       "backward": args.backward, "dtype": head["dtype"],
                        "threads": head["threads"], "us": med, "min_us": min(us), "reps": len(us),
                        "warmup_only": warm_only, "e_touched": touched, "gflop": gflop, "gbytes": gbytes,
                        "gflops": gflop / (med * 1e-6), "gbps": gbytes / (med * 1e-6)}
@@ -200,7 +221,7 @@ def run(args):
                 else:
                     shown = name if E == E_model else f"{name}/E{E}"
                     reps = "1 (warm-up)" if warm_only else str(len(us))
-                    print(f"{shown:<18} {T:>5} {b:<11} {med:>12.1f} {row['gflops']:>8.1f} {row['gbps']:>7.2f} "
+                    print(f"{shown:<18} {T:>5} {row['backend']:<11} {med:>12.1f} {row['gflops']:>8.1f} {row['gbps']:>7.2f} "
                           f"{touched:>7.1f}  {reps}", flush=True)
         del sets_
 
@@ -261,6 +282,7 @@ def main():
     ap.add_argument("--max-temp-gb", type=float, default=4.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--backward", action="store_true", help="time the autograd backward instead (see above)")
     ap.add_argument("--combine", nargs="+", metavar="JSONL")
     args = ap.parse_args()
     if args.combine:
