@@ -300,6 +300,36 @@ TEST(CpuKernels, AmxDenseGemmSameBitsForAnyThreadCount) {
 
 // MOEX_CPU_KERNELS (tests/CMakeLists.txt reruns tests under each value) selects that table where the CPU has it,
 // avx512_bf16 included (it is never chosen without being asked for); unforced, amx wherever the CPU and OS allow it.
+// The vector f32 -> bf16 conversions give f32_to_bf16's bits: ties to even both ways, the largest finite values (which
+// round to inf), inf, NaNs of either sign and payload (quieted, sign kept), signed zeros, f32 subnormals (kept, where
+// vcvtneps2bf16 would flush them), random values; every length up to 40 for the tails.
+TEST(CpuKernels, VectorBf16ConversionIsTheScalarOne) {
+    std::vector<uint32_t> bits = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x00018000u,
+                                  0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x3f808001u, 0x7f7fffffu,
+                                  0xff7fffffu, 0x7f7f8000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                                  0xffc00001u, 0x7f800001u, 0xff812345u, 0x7fbfffffu};
+    std::mt19937 rng(7);
+    for (int i = 0; i < 4000; ++i) bits.push_back(uint32_t(rng()));
+    std::vector<float> v(bits.size());
+    for (size_t i = 0; i < bits.size(); ++i) std::memcpy(&v[i], &bits[i], 4);
+    int tables = 0;
+    for (const KernelTable* t : {avx2_kernels(), avx512_kernels()}) {
+        if (t == nullptr || t->to_bf16 == nullptr) continue;
+        ++tables;
+        SCOPED_TRACE(t->name);
+        for (int64_t n :
+             {int64_t(v.size()), int64_t(1), int64_t(7), int64_t(9), int64_t(15), int64_t(17), int64_t(40)}) {
+            std::vector<uint16_t> got(size_t(n) + 1, 0xabcd);
+            t->to_bf16(v.data(), n, got.data());
+            for (int64_t i = 0; i < n; ++i)
+                ASSERT_EQ(got[size_t(i)], f32_to_bf16(v[size_t(i)]))
+                    << "n " << n << " value bits " << std::hex << bits[size_t(i)];
+            EXPECT_EQ(got[size_t(n)], 0xabcd) << "wrote past n = " << n;
+        }
+    }
+    if (tables == 0) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
+}
+
 TEST(CpuKernels, ForcedTableIsTheOneThatRuns) {
     const char* force = std::getenv("MOEX_CPU_KERNELS");
     const std::string want = force ? force : "";

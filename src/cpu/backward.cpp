@@ -9,6 +9,7 @@
 
 #include "src/cpu/combine.h"
 #include "src/cpu/gemm.h"
+#include "src/cpu/kernels.h"
 #include "src/cpu/parallel.h"
 #include "src/cpu/routing.h"
 
@@ -24,6 +25,8 @@ void store(const float* src, int64_t n, DType dt, void* dst) {
     if (dt == DType::kF32) {
         float* d = static_cast<float*>(dst);
         for (int64_t i = 0; i < n; ++i) d[i] = src[i];
+    } else if (dt == DType::kBF16 && kernels().to_bf16 != nullptr) {  // the weight gradients: most of the bytes
+        kernels().to_bf16(src, n, static_cast<uint16_t*>(dst));
     } else {
         uint16_t* d = static_cast<uint16_t*>(dst);
         for (int64_t i = 0; i < n; ++i) d[i] = dt == DType::kBF16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);

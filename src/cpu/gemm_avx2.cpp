@@ -192,6 +192,24 @@ void micro_direct_avx2(const float* const* a, int mr, int64_t k0, const WeightMa
 
 }  // namespace
 
+// f32_to_bf16 eight at a time: round to nearest even on the bits, NaNs quieted with their sign (moex/dtype.h).
+void to_bf16_avx2(const float* src, int64_t n, uint16_t* dst) {
+    const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1), quiet = _mm256_set1_epi32(0x40);
+    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+        const __m256i hi = _mm256_srli_epi32(u, 16);
+        const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(hi, one))), 16);
+        const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+        const __m256i v = _mm256_blendv_epi8(r, _mm256_or_si256(hi, quiet), nan);
+        // Every lane is below 2^16, so the unsigned saturation of packus keeps it.
+        const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), packed);
+    }
+    for (; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+}
+
 extern const KernelTable kAvx2Table;
 const KernelTable kAvx2Table{.name = "avx2",
                              .stream = stream_avx2,
@@ -202,6 +220,7 @@ const KernelTable kAvx2Table{.name = "avx2",
                              .micro_direct = micro_direct_avx2,
                              .dequant = dequant_avx2,
                              .stream_fused = stream_fused_avx2,
-                             .gate_row = gate_row_avx2};
+                             .gate_row = gate_row_avx2,
+                             .to_bf16 = to_bf16_avx2};
 
 }  // namespace moex::cpu

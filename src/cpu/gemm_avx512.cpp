@@ -256,6 +256,22 @@ bool rows_bf16_avx512(const float* const* a, int64_t m, int64_t K, uint16_t* dst
     return true;
 }
 
+// f32_to_bf16 sixteen at a time (kernels.h to_bf16): round to nearest even on the bits, NaNs quieted with their
+// sign; vcvtneps2bf16 would flush f32 subnormals to zero, so the integer form keeps the scalar bits.
+void to_bf16_avx512(const float* src, int64_t n, uint16_t* dst) {
+    const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x40);
+    const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 mk = lanes16(int(std::min<int64_t>(n - i, 16)));
+        const __m512i u = _mm512_maskz_loadu_epi32(mk, src + i);
+        const __m512i hi = _mm512_srli_epi32(u, 16);
+        const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(hi, one))), 16);
+        const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs_mask), inf);
+        const __m512i v = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, quiet));
+        _mm256_mask_storeu_epi16(dst + i, mk, _mm512_cvtepi32_epi16(v));
+    }
+}
+
 // Rounded activation rows taken apart into their e4m3 codes as bf16 (kernels.h rows_codes): vcvtneps2bf16 of
 // value / scale is the code when the value is one (checked by multiplying back).
 __attribute__((target("avx512bf16"))) bool rows_codes_avx512(const float* const* a, const float* const* s, int64_t m,

@@ -45,6 +45,9 @@ struct KernelTable {
     float (*abs_max)(const float* src, int64_t n);
     // Element-wise gate of one row: h[i] = round(f(g[i], u[i])) for i < n (gate.h says which f).
     void (*gate_row)(const GateOp& op, const float* g, const float* u, int64_t n, float* h);
+    // dst[i] = f32_to_bf16(src[i]) for i < n (moex/dtype.h's rounding, NaNs and subnormals included: the same bits),
+    // null in tables without one (the scalar loop runs).
+    void (*to_bf16)(const float* src, int64_t n, uint16_t* dst);
     // bf16 B against A whose every value is a bf16 (vdpbf16ps; on AVX512_BF16 CPUs rows_bf16 is in the avx512,
     // avx512_bf16 and amx tables, pack_b_bf16 in the last two, micro_bf16 in avx512_bf16 only). rows_bf16: A's rows as
     // bf16 (dst[r*ldd + k], ldd even, zero past K up to ldd), false when some value is not a bf16. pack_b_bf16: B as
