@@ -240,7 +240,10 @@ def combine(paths):
             if o.get("kind") not in ("result", "skip", "error"):
                 continue
             key = (o["shape"], o["T"])
-            label = f"{o.get('impl', 'moex')} {o['backend']}"
+            backend = o["backend"]  # moex bench's JSON says backward apart; hf rows carry "+bwd" in the name
+            if o.get("backward") and not backend.endswith("+bwd"):
+                backend += "+bwd"
+            label = f"{o.get('impl', 'moex')} {backend}"
             cell = f"{o['us']:.0f}" if o["kind"] == "result" else ("skip" if o["kind"] == "skip" else "error")
             rows.setdefault(key, {})[label] = (cell, o)
     order = ["eager", "batched_mm", "grouped_mm"]  # then any other backend, by name
