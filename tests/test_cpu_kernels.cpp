@@ -330,6 +330,31 @@ TEST(CpuKernels, VectorBf16ConversionIsTheScalarOne) {
     if (tables == 0) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
 }
 
+// outer_bf16 gives the bits of gemm_rows (Pᵀ's rows against Q as transposed f32 weights) rounded by to_bf16, for the
+// row counts the backward hands it and column counts with tails.
+TEST(CpuKernels, OuterProductIsTheGemmsBits) {
+    const KernelTable* t = avx512_kernels();
+    if (t == nullptr || t->outer_bf16 == nullptr) GTEST_SKIP() << "this CPU has no AVX-512";
+    std::mt19937 rng(11);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (const int64_t m : {1, 2, 3, 4, 5, 8})
+        for (const auto& [M, L] : {std::pair<int64_t, int64_t>{7, 16}, {24, 100}, {40, 136}, {13, 200}}) {
+            SCOPED_TRACE("m " + std::to_string(m) + " M " + std::to_string(M) + " L " + std::to_string(L));
+            std::vector<float> P(size_t(m * M)), Q(size_t(m * L)), pt(size_t(M * m)), c(size_t(M * L));
+            for (float& v : P) v = nd(rng);
+            for (float& v : Q) v = nd(rng);
+            for (int64_t r = 0; r < m; ++r)
+                for (int64_t i = 0; i < M; ++i) pt[size_t(i * m + r)] = P[size_t(r * M + i)];
+            std::vector<const float*> rows(static_cast<size_t>(M));
+            for (int64_t i = 0; i < M; ++i) rows[size_t(i)] = pt.data() + i * m;
+            gemm_rows(*t, rows.data(), M, WeightMat{Q.data(), DType::kF32, true, L, m}, L, c.data(), L);
+            std::vector<uint16_t> got(size_t(M * L) + 1, 0xabcd);
+            t->outer_bf16(P.data(), M, Q.data(), L, m, got.data());
+            for (int64_t i = 0; i < M * L; ++i) ASSERT_EQ(got[size_t(i)], f32_to_bf16(c[size_t(i)])) << "element " << i;
+            EXPECT_EQ(got[size_t(M * L)], 0xabcd);
+        }
+}
+
 TEST(CpuKernels, ForcedTableIsTheOneThatRuns) {
     const char* force = std::getenv("MOEX_CPU_KERNELS");
     const std::string want = force ? force : "";

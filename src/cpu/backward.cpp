@@ -80,7 +80,12 @@ void outer(Scratch& s, const float* P, int64_t M, const float* Q, int64_t L, int
 // time through an f32 slab that stays in cache: an expert whose rows fit one block needs no (M, L) f32 accumulator
 // written, read back and converted (at qwen3-30b-a3b T = 512 those passes moved ~6 GB per call).
 constexpr int64_t kOuterRows = 128;
+// Up to this many rows, a bf16 gradient comes from the table's outer_bf16 (the same bits, no packed tile; at 16 and 32
+// rows the packed tile, which reuses each B load over 12 output rows, was faster: RESULTS Y4).
+constexpr int64_t kOuterDirectRows = 8;
 void outer_store(Scratch& s, const float* P, int64_t M, const float* Q, int64_t L, int64_t m, DType dt, void* out) {
+    if (dt == DType::kBF16 && m <= kOuterDirectRows && kernels().outer_bf16 != nullptr)
+        return kernels().outer_bf16(P, M, Q, L, m, static_cast<uint16_t*>(out));
     const float** a = transposed_rows(s, P, M, m);
     const WeightMat q{Q, DType::kF32, true, L, m};
     float* slab = s.tmp.get(kOuterRows * L);

@@ -256,19 +256,53 @@ bool rows_bf16_avx512(const float* const* a, int64_t m, int64_t K, uint16_t* dst
     return true;
 }
 
-// f32_to_bf16 sixteen at a time (kernels.h to_bf16): round to nearest even on the bits, NaNs quieted with their
-// sign; vcvtneps2bf16 would flush f32 subnormals to zero, so the integer form keeps the scalar bits.
+namespace {
+
+// f32_to_bf16 of 16 lanes: round to nearest even on the bits, NaNs quieted with their sign; vcvtneps2bf16 would flush
+// f32 subnormals to zero, so the integer form keeps the scalar bits.
+inline __m256i bf16_bits(__m512 f) {
+    const __m512i u = _mm512_castps_si512(f), hi = _mm512_srli_epi32(u, 16);
+    const __m512i r = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(hi, _mm512_set1_epi32(1)))),
+        16);
+    const __mmask16 nan =
+        _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40))));
+}
+
+}  // namespace
+
+// kernels.h to_bf16, sixteen at a time.
 void to_bf16_avx512(const float* src, int64_t n, uint16_t* dst) {
-    const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x40);
-    const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 mk = lanes16(int(std::min<int64_t>(n - i, 16)));
-        const __m512i u = _mm512_maskz_loadu_epi32(mk, src + i);
-        const __m512i hi = _mm512_srli_epi32(u, 16);
-        const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(hi, one))), 16);
-        const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(u, abs_mask), inf);
-        const __m512i v = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, quiet));
-        _mm256_mask_storeu_epi16(dst + i, mk, _mm512_cvtepi32_epi16(v));
+        _mm256_mask_storeu_epi16(dst + i, mk, bf16_bits(_mm512_maskz_loadu_ps(mk, src + i)));
+    }
+}
+
+// kernels.h outer_bf16: each output row i, 64 columns at a time in four zmm, sums the m products P[r][i]·Q[r][j] as the
+// f32 tile does (an fma chain over r from zero, so its bits), then rounds them as to_bf16.
+void outer_bf16_avx512(const float* P, int64_t M, const float* Q, int64_t L, int64_t m, uint16_t* out) {
+    for (int64_t i = 0; i < M; ++i) {
+        uint16_t* o = out + i * L;
+        for (int64_t j = 0; j < L; j += 64) {
+            __mmask16 mk[4];
+            __m512 acc[4];
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; ++t) {
+                mk[t] = lanes16(int(std::min<int64_t>(L - j - 16 * t, 16)));
+                acc[t] = _mm512_setzero_ps();
+            }
+            for (int64_t r = 0; r < m; ++r) {
+                const __m512 p = _mm512_set1_ps(P[r * M + i]);
+                const float* q = Q + r * L + j;
+#pragma GCC unroll 4
+                for (int t = 0; t < 4; ++t)
+                    acc[t] = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(mk[t], q + 16 * t), acc[t]);
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; ++t) _mm256_mask_storeu_epi16(o + j + 16 * t, mk[t], bf16_bits(acc[t]));
+        }
     }
 }
 

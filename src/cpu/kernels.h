@@ -48,6 +48,10 @@ struct KernelTable {
     // dst[i] = f32_to_bf16(src[i]) for i < n (moex/dtype.h's rounding, NaNs and subnormals included: the same bits),
     // null in tables without one (the scalar loop runs).
     void (*to_bf16)(const float* src, int64_t n, uint16_t* dst);
+    // out (M, L) = Pᵀ Q for P (m, M) and Q (m, L) row-major f32, each element the f32 tile's fma chain over r = 0..m-1
+    // (micro's bits: gemm_rows of Pᵀ's rows against Q as transposed weights), rounded as to_bf16: the backward's weight
+    // gradients of an expert with a few rows, without the packed tile's f32 round trip. Null in tables without one.
+    void (*outer_bf16)(const float* P, int64_t M, const float* Q, int64_t L, int64_t m, uint16_t* out);
     // bf16 B against A whose every value is a bf16 (vdpbf16ps; on AVX512_BF16 CPUs rows_bf16 is in the avx512,
     // avx512_bf16 and amx tables, pack_b_bf16 in the last two, micro_bf16 in avx512_bf16 only). rows_bf16: A's rows as
     // bf16 (dst[r*ldd + k], ldd even, zero past K up to ldd), false when some value is not a bf16. pack_b_bf16: B as

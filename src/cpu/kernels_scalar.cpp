@@ -20,6 +20,7 @@ void micro_direct_avx512(const float* const* a, int mr, int64_t k0, const Weight
                          int64_t ldc, int nr, bool acc);
 bool rows_bf16_avx512(const float* const* a, int64_t m, int64_t K, uint16_t* dst, int64_t ldd);
 void to_bf16_avx512(const float* src, int64_t n, uint16_t* dst);
+void outer_bf16_avx512(const float* P, int64_t M, const float* Q, int64_t L, int64_t m, uint16_t* out);
 void pack_b_bf16_avx512(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, uint32_t* dst);
 void micro_bf16_avx512(const uint16_t* a, int64_t lda, int mr, int64_t k0, const uint32_t* panel, int64_t kc, float* c,
                        int64_t ldc, int nr, bool acc);
@@ -139,6 +140,7 @@ const KernelTable* avx512_kernels() {
         t.stream = stream_avx512, t.micro = micro_avx512, t.micro_direct = micro_direct_avx512;
         t.stream_fused = stream_fused_avx512;
         t.round_e4m3 = round_e4m3_avx512, t.abs_max = abs_max_avx512, t.to_bf16 = to_bf16_avx512;
+        t.outer_bf16 = outer_bf16_avx512;
         if (__builtin_cpu_supports("avx512bf16"))  // FP8 decode on vdpbf16ps (Cooper Lake, Sapphire Rapids, Zen 4)
             t.rows_bf16 = rows_bf16_avx512, t.rows_codes = rows_codes_avx512, t.stream_quant = stream_quant_avx512;
         return t;
