@@ -214,8 +214,8 @@ void run_backward(const ExpertsProblem& p, const TensorView& grad_out, const Exp
     const CpuProblem cp = unpack_problem(p);
     const int threads = resolve_threads(num_threads);
     const int64_t T = cp.T, H = cp.H, k = cp.k;
-    // The calling thread's buffers, kept between calls as the forward keeps its own (experts_cpu.cpp): fresh ones
-    // cost a first-touch page fault per 4 KiB every call (perf: a quarter of a qwen3 T = 512 backward).
+    // The calling thread's buffers, kept between calls as the forward keeps its own (experts_cpu.cpp): fresh ones take
+    // first-touch page faults every call (2-3% of qwen3 T = 64 and 512 on the dev Xeon, inside the noise: RESULTS Y4).
     struct CallBuffers {
         FloatBuffer x, dout, dx_rows;
     };
