@@ -330,11 +330,7 @@ TEST(CpuKernels, VectorBf16ConversionIsTheScalarOne) {
     if (tables == 0) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
 }
 
-// outer_bf16 gives the bits of gemm_rows (Pᵀ's rows against Q as transposed f32 weights) rounded by to_bf16, for the
-// row counts the backward hands it and column counts with tails.
-TEST(CpuKernels, OuterProductIsTheGemmsBits) {
-    const KernelTable* t = avx512_kernels();
-    if (t == nullptr || t->outer_bf16 == nullptr) GTEST_SKIP() << "this CPU has no AVX-512";
+void expect_outer_is_the_gemm(const KernelTable& t) {
     std::mt19937 rng(11);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     for (const int64_t m : {1, 2, 3, 4, 5, 8})
@@ -347,12 +343,25 @@ TEST(CpuKernels, OuterProductIsTheGemmsBits) {
                 for (int64_t i = 0; i < M; ++i) pt[size_t(i * m + r)] = P[size_t(r * M + i)];
             std::vector<const float*> rows(static_cast<size_t>(M));
             for (int64_t i = 0; i < M; ++i) rows[size_t(i)] = pt.data() + i * m;
-            gemm_rows(*t, rows.data(), M, WeightMat{Q.data(), DType::kF32, true, L, m}, L, c.data(), L);
+            gemm_rows(t, rows.data(), M, WeightMat{Q.data(), DType::kF32, true, L, m}, L, c.data(), L);
             std::vector<uint16_t> got(size_t(M * L) + 1, 0xabcd);
-            t->outer_bf16(P.data(), M, Q.data(), L, m, got.data());
+            t.outer_bf16(P.data(), M, Q.data(), L, m, got.data());
             for (int64_t i = 0; i < M * L; ++i) ASSERT_EQ(got[size_t(i)], f32_to_bf16(c[size_t(i)])) << "element " << i;
             EXPECT_EQ(got[size_t(M * L)], 0xabcd);
         }
+}
+
+// outer_bf16 gives the bits of gemm_rows (Pᵀ's rows against Q as transposed f32 weights) rounded by to_bf16, for the
+// row counts the backward hands it and column counts with tails.
+TEST(CpuKernels, OuterProductIsTheGemmsBits) {
+    int tables = 0;
+    for (const KernelTable* t : {avx2_kernels(), avx512_kernels()}) {
+        if (t == nullptr || t->outer_bf16 == nullptr) continue;
+        ++tables;
+        SCOPED_TRACE(t->name);
+        expect_outer_is_the_gemm(*t);
+    }
+    if (tables == 0) GTEST_SKIP() << "this CPU has neither AVX2 nor AVX-512";
 }
 
 TEST(CpuKernels, ForcedTableIsTheOneThatRuns) {

@@ -1,5 +1,7 @@
 // AVX2 packed-GEMM kernels: B packing (widen to f32, transpose K-contiguous rows into [k][16] panels) and the 6x16
 // register-blocked microkernel, plus the AVX2 kernel table. Peak on Zen 3: 2 FMA pipes x 8 lanes x 2 = 32 flop/cycle.
+#include <cmath>
+
 #include "src/cpu/kernels.h"
 #include "src/cpu/simd_avx2.h"
 
@@ -192,22 +194,54 @@ void micro_direct_avx2(const float* const* a, int mr, int64_t k0, const WeightMa
 
 }  // namespace
 
-// f32_to_bf16 eight at a time: round to nearest even on the bits, NaNs quieted with their sign (moex/dtype.h).
+namespace {
+
+// f32_to_bf16 of 8 lanes: round to nearest even on the bits, NaNs quieted with their sign (moex/dtype.h).
+inline __m128i bf16_bits8(__m256 f) {
+    const __m256i u = _mm256_castps_si256(f), hi = _mm256_srli_epi32(u, 16);
+    const __m256i r = _mm256_srli_epi32(
+        _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(hi, _mm256_set1_epi32(1)))),
+        16);
+    const __m256i nan =
+        _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+    const __m256i v = _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+    // Every lane is below 2^16, so the unsigned saturation of packus keeps it.
+    return _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+}
+
+}  // namespace
+
+// kernels.h to_bf16, eight at a time.
 void to_bf16_avx2(const float* src, int64_t n, uint16_t* dst) {
-    const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1), quiet = _mm256_set1_epi32(0x40);
-    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-        const __m256i hi = _mm256_srli_epi32(u, 16);
-        const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(hi, one))), 16);
-        const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
-        const __m256i v = _mm256_blendv_epi8(r, _mm256_or_si256(hi, quiet), nan);
-        // Every lane is below 2^16, so the unsigned saturation of packus keeps it.
-        const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), packed);
-    }
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), bf16_bits8(_mm256_loadu_ps(src + i)));
     for (; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+}
+
+// kernels.h outer_bf16: each output row i, 32 columns at a time in four ymm, sums the m products as the AVX2 tile does
+// (an fma chain over r from zero, so its bits), then rounds them as to_bf16; the last columns one by one.
+void outer_bf16_avx2(const float* P, int64_t M, const float* Q, int64_t L, int64_t m, uint16_t* out) {
+    for (int64_t i = 0; i < M; ++i) {
+        uint16_t* o = out + i * L;
+        int64_t j = 0;
+        for (; j + 32 <= L; j += 32) {
+            __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+            for (int64_t r = 0; r < m; ++r) {
+                const __m256 p = _mm256_set1_ps(P[r * M + i]);
+                const float* q = Q + r * L + j;
+#pragma GCC unroll 4
+                for (int t = 0; t < 4; ++t) acc[t] = _mm256_fmadd_ps(p, _mm256_loadu_ps(q + 8 * t), acc[t]);
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; ++t) _mm_storeu_si128(reinterpret_cast<__m128i*>(o + j + 8 * t), bf16_bits8(acc[t]));
+        }
+        for (; j < L; ++j) {
+            float c = 0.0f;
+            for (int64_t r = 0; r < m; ++r) c = std::fma(P[r * M + i], Q[r * L + j], c);
+            o[j] = f32_to_bf16(c);
+        }
+    }
 }
 
 extern const KernelTable kAvx2Table;
@@ -221,6 +255,7 @@ const KernelTable kAvx2Table{.name = "avx2",
                              .dequant = dequant_avx2,
                              .stream_fused = stream_fused_avx2,
                              .gate_row = gate_row_avx2,
-                             .to_bf16 = to_bf16_avx2};
+                             .to_bf16 = to_bf16_avx2,
+                             .outer_bf16 = outer_bf16_avx2};
 
 }  // namespace moex::cpu
