@@ -5,6 +5,7 @@
 
 #include "cuda/backward/backward_gemm.cuh"
 #include "cuda/backward/backward_rows.cuh"
+#include "cuda/common/align.h"
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
 
@@ -104,9 +105,8 @@ void launch_bias_grads(const ExpertsBackwardArgs& b, const int32_t* expert_row_s
 
 void launch_gate_grad(const GateGradArgs& a, cudaStream_t stream) {
     const unsigned blocks = stride_blocks(a.S, kGateWarps, 2);
-    const auto aligned = [](const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; };
-    const bool vec = a.I % 4 == 0 && aligned(a.AU, 16) && aligned(a.GH, 16) && aligned(a.dA_f32, 16) &&
-                     aligned(a.h_f32, 16) && aligned(a.dA_out, 16) && aligned(a.wh_out, 16);
+    const bool vec = a.I % 4 == 0 && is_aligned16(a.AU) && is_aligned16(a.GH) && is_aligned16(a.dA_f32) &&
+                     is_aligned16(a.h_f32) && is_aligned16(a.dA_out) && is_aligned16(a.wh_out);
     with_dtype(a.dtype, "experts backward", [&](auto t) {
         using T = decltype(t);
         if (vec) {
@@ -127,9 +127,8 @@ void launch_zero_padding(const ZeroPaddingArgs& a, cudaStream_t stream) {
 
 void launch_token_sum(const TokenSumArgs& a, cudaStream_t stream) {
     const unsigned blocks = stride_blocks(a.T * ceil_div(a.H, 4), 256, 32);
-    const uintptr_t row_align = a.rows_f32 || a.dtype == DType::kF32 ? 16 : 8;
-    const bool vec = a.H % 4 == 0 && reinterpret_cast<uintptr_t>(a.rows) % row_align == 0 &&
-                     reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
+    const size_t row_align = a.rows_f32 || a.dtype == DType::kF32 ? 16 : 8;
+    const bool vec = a.H % 4 == 0 && is_aligned(a.rows, row_align) && is_aligned16(a.out);
     with_dtype(a.dtype, "experts backward", [&](auto t) {
         using T = decltype(t);
         const auto launch = [&](auto tr) {
