@@ -52,13 +52,7 @@ inline __m256 gpt_oss(__m256 g, __m256 u, float alpha, float limit) {
 // Round-to-nearest-even to bf16 (quiet NaN, sign kept, as f32_to_bf16) or f16 (vcvtps2ph), back to f32.
 inline __m256 round_to(__m256 v, DType dt) {
     if (dt == DType::kF16) return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-    if (dt != DType::kBF16) return v;
-    const __m256i u = _mm256_castps_si256(v), top = _mm256_set1_epi32(int(0xffff0000u));
-    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    const __m256i rne = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), top);
-    const __m256i nan = _mm256_and_si256(_mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), top);
-    const __m256 is_nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
-    return _mm256_blendv_ps(_mm256_castsi256_ps(rne), _mm256_castsi256_ps(nan), is_nan);
+    return dt == DType::kBF16 ? round_bf16(v) : v;
 }
 
 template <int Kind>  // 0 silu(g)*u, 1 relu(g)*u, 2 gpt_oss, 3 silu(u), 4 relu(u)

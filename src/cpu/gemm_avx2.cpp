@@ -196,15 +196,9 @@ void micro_direct_avx2(const float* const* a, int mr, int64_t k0, const WeightMa
 
 namespace {
 
-// f32_to_bf16 of 8 lanes: round to nearest even on the bits, NaNs quieted with their sign (moex/dtype.h).
+// f32_to_bf16 of 8 lanes (simd_avx2.h round_bf16) as 8 packed 16-bit values.
 inline __m128i bf16_bits8(__m256 f) {
-    const __m256i u = _mm256_castps_si256(f), hi = _mm256_srli_epi32(u, 16);
-    const __m256i r = _mm256_srli_epi32(
-        _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(hi, _mm256_set1_epi32(1)))),
-        16);
-    const __m256i nan =
-        _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
-    const __m256i v = _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+    const __m256i v = _mm256_srli_epi32(_mm256_castps_si256(round_bf16(f)), 16);
     // Every lane is below 2^16, so the unsigned saturation of packus keeps it.
     return _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
 }

@@ -1,6 +1,6 @@
 // AVX2 helpers shared by the *_avx2.cpp files only (never include this from portable code): widening loads of
-// bf16/f16/f32 to 8 f32 lanes, and a fixed-order horizontal sum. Everything here is static to each file that
-// includes it, so no AVX2 copy of a shared inline function can leak into portable code through the linker.
+// bf16/f16/f32 to 8 f32 lanes, a fixed-order horizontal sum and the bf16 rounding. Everything here is static to each
+// file that includes it, so no AVX2 copy of a shared inline function can leak into portable code through the linker.
 #pragma once
 
 #include <immintrin.h>
@@ -60,6 +60,17 @@ inline float hsum8(__m256 v) {
 }
 
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// f32_to_bf16 of 8 lanes (moex/dtype.h): round to nearest even on the bits, NaNs quieted with their sign. Each lane's
+// bf16 is its upper 16 bits, the lower 16 zero, so the lane also reads as the rounded f32.
+inline __m256 round_bf16(__m256 v) {
+    const __m256i u = _mm256_castps_si256(v), top = _mm256_set1_epi32(int(0xffff0000u));
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i rne = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), top);
+    const __m256i nan = _mm256_and_si256(_mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), top);
+    const __m256 is_nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    return _mm256_blendv_ps(_mm256_castsi256_ps(rne), _mm256_castsi256_ps(nan), is_nan);
+}
 
 }  // namespace
 }  // namespace moex::cpu
