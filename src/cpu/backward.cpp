@@ -21,21 +21,12 @@ namespace {
 // sum depends on the routing only.
 constexpr int64_t kRowBlock = 256;
 
-void store(const float* src, int64_t n, DType dt, void* dst) {
-    if (dt == DType::kF32) {
-        float* d = static_cast<float*>(dst);
-        for (int64_t i = 0; i < n; ++i) d[i] = src[i];
-    } else if (dt == DType::kBF16 && kernels().to_bf16 != nullptr) {  // the weight gradients: most of the bytes
-        kernels().to_bf16(src, n, static_cast<uint16_t*>(dst));
-    } else {
-        uint16_t* d = static_cast<uint16_t*>(dst);
-        for (int64_t i = 0; i < n; ++i) d[i] = dt == DType::kBF16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
-    }
-}
+// Element `offset` of a gradient tensor.
+char* at(const TensorView& t, int64_t offset) { return static_cast<char*>(t.data) + offset * dtype_size(t.dtype); }
 
 void store_zeros(const TensorView& t, int64_t offset, int64_t n) {
     if (!t.defined() || n == 0) return;
-    std::memset(static_cast<char*>(t.data) + offset * dtype_size(t.dtype), 0, size_t(n * dtype_size(t.dtype)));
+    std::memset(at(t, offset), 0, size_t(n * dtype_size(t.dtype)));
 }
 
 // The transposed view of an expert's weights, as the B operand of C = A·Bᵀ: the B of the products by W itself.
@@ -92,7 +83,7 @@ void outer_store(Scratch& s, const float* P, int64_t M, const float* Q, int64_t 
     for (int64_t i0 = 0; i0 < M; i0 += kOuterRows) {
         const int64_t mc = M - i0 < kOuterRows ? M - i0 : kOuterRows;
         gemm_rows(a + i0, mc, q, L, slab, L);
-        store(slab, mc * L, dt, static_cast<char*>(out) + i0 * L * dtype_size(dt));
+        from_f32(slab, mc * L, dt, static_cast<char*>(out) + i0 * L * dtype_size(dt));
     }
 }
 
@@ -146,9 +137,7 @@ void block(const Pass& ps, Scratch& s, int64_t e, int64_t r0, int64_t m, bool fi
         for (int64_t c = 0; c < I; ++c) dw += gm[i * I + c] * hi[c];
         if (bd)
             for (int64_t c = 0; c < H; ++c) dw += dor[c] * bd[c];
-        if (ps.g.top_k_weights.defined())
-            store(&dw, 1, ps.g.top_k_weights.dtype,
-                  static_cast<char*>(ps.g.top_k_weights.data) + sl * dtype_size(ps.g.top_k_weights.dtype));
+        if (ps.g.top_k_weights.defined()) from_f32(&dw, 1, ps.g.top_k_weights.dtype, at(ps.g.top_k_weights, sl));
         for (int64_t c = 0; c < I; ++c) gm[i * I + c] *= w;  // dh
         gate_grads(cp, a + i * N, gm + i * I, da + i * N);
         for (int64_t c = 0; c < H; ++c) wdo[i * H + c] = w * dor[c];
@@ -159,7 +148,6 @@ void block(const Pass& ps, Scratch& s, int64_t e, int64_t r0, int64_t m, bool fi
     }
     const bool tr = cp.p->is_transposed;
     const ExpertsGrads& g = ps.g;
-    auto at = [](const TensorView& t, int64_t off) { return static_cast<char*>(t.data) + off * dtype_size(t.dtype); };
     // C (M, L) = Pᵀ Q into the accumulator acc, or (only) straight into the gradient tensor t at element offset off.
     auto weight_grad = [&](const float* P, int64_t M, const float* Q, int64_t L, FloatBuffer& acc, const TensorView& t,
                            int64_t off) {
@@ -201,11 +189,10 @@ void expert_task(const Pass& ps, int64_t e, int64_t gi) {
     const bool only = b1 - b0 <= kRowBlock;
     for (int64_t r0 = b0; r0 < b1; r0 += kRowBlock)
         block(ps, s, e, r0, b1 - r0 < kRowBlock ? b1 - r0 : kRowBlock, r0 == b0, only);
-    auto at = [](const TensorView& t, int64_t off) { return static_cast<char*>(t.data) + off * dtype_size(t.dtype); };
-    if (ps.want_up && !only) store(s.acc_up.get(N * H), N * H, g.gate_up_proj.dtype, at(g.gate_up_proj, e * N * H));
-    if (ps.want_down && !only) store(s.acc_down.get(H * I), H * I, g.down_proj.dtype, at(g.down_proj, e * H * I));
-    if (ps.want_bu) store(s.acc_bu.get(N), N, g.gate_up_bias.dtype, at(g.gate_up_bias, e * N));
-    if (ps.want_bd) store(s.acc_bd.get(H), H, g.down_bias.dtype, at(g.down_bias, e * H));
+    if (ps.want_up && !only) from_f32(s.acc_up.get(N * H), N * H, g.gate_up_proj.dtype, at(g.gate_up_proj, e * N * H));
+    if (ps.want_down && !only) from_f32(s.acc_down.get(H * I), H * I, g.down_proj.dtype, at(g.down_proj, e * H * I));
+    if (ps.want_bu) from_f32(s.acc_bu.get(N), N, g.gate_up_bias.dtype, at(g.gate_up_bias, e * N));
+    if (ps.want_bd) from_f32(s.acc_bd.get(H), H, g.down_bias.dtype, at(g.down_bias, e * H));
 }
 
 }  // namespace
@@ -254,8 +241,7 @@ void run_backward(const ExpertsProblem& p, const TensorView& grad_out, const Exp
             const float* d = dx_rows + row * H;
             for (int64_t c = 0; c < H; ++c) sum[size_t(c)] += d[c];
         }
-        store(sum.data(), H, g.hidden_states.dtype,
-              static_cast<char*>(g.hidden_states.data) + t * H * dtype_size(g.hidden_states.dtype));
+        from_f32(sum.data(), H, g.hidden_states.dtype, at(g.hidden_states, t * H));
     });
 }
 

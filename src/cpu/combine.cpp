@@ -1,25 +1,28 @@
-// Widening of the hidden states and the slot-order weighted combine with the final rounding.
+// Widening of the hidden states, the slot-order weighted combine and the rounding of f32 rows to the output dtype.
 #include "src/cpu/combine.h"
+
+#include <cstring>
+
+#include "src/cpu/kernels.h"
 
 namespace moex::cpu {
 namespace {
 
 constexpr int64_t kSeg = 1024;  // H columns per combine task: 4 KiB of f32 accumulators on the stack
 
-void store_row(const float* acc, int64_t n, DType dt, void* dst) {
+}  // namespace
+
+void from_f32(const float* src, int64_t n, DType dt, void* dst) {
+    if (n <= 0) return;
     if (dt == DType::kF32) {
-        float* d = static_cast<float*>(dst);
-        for (int64_t i = 0; i < n; ++i) d[i] = acc[i];
-    } else if (dt == DType::kBF16) {
-        uint16_t* d = static_cast<uint16_t*>(dst);
-        for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(acc[i]);
+        std::memcpy(dst, src, size_t(n) * 4);
+    } else if (dt == DType::kBF16 && kernels().to_bf16 != nullptr) {
+        kernels().to_bf16(src, n, static_cast<uint16_t*>(dst));
     } else {
-        uint16_t* d = static_cast<uint16_t*>(dst);
-        for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(acc[i]);
+        auto* d = static_cast<uint16_t*>(dst);
+        for (int64_t i = 0; i < n; ++i) d[i] = dt == DType::kBF16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
     }
 }
-
-}  // namespace
 
 const float* x_as_f32(const CpuProblem& cp, int64_t t0, int64_t t1, FloatBuffer& buf, int threads) {
     if (cp.dtype == DType::kF32) return static_cast<const float*>(cp.x) + t0 * cp.H;
@@ -44,7 +47,7 @@ void combine(const CpuProblem& cp, const Routing& r, int64_t t0, int64_t t1, con
             const float* yr = y + row * cp.H + c0;
             for (int64_t i = 0; i < n; ++i) acc[i] += w * yr[i];
         }
-        store_row(acc, n, cp.dtype, static_cast<char*>(out) + ((t0 + t) * cp.H + c0) * es);
+        from_f32(acc, n, cp.dtype, static_cast<char*>(out) + ((t0 + t) * cp.H + c0) * es);
     });
 }
 
