@@ -42,7 +42,7 @@ struct BenchArgs {
     double case_seconds = 0, max_weight_gb = 0, peak_gflops = 0, peak_gbps = 0;
     int64_t read_mib = 1024, gemm_n = 2048;
     uint64_t seed = 0;
-    bool json = false, floor_only = false, graph = false, backward = false;
+    bool json = false, floor_only = false, graph = false, backward = false, keep = false, recompute = false;
 };
 
 // CUDA: one call is 10 µs–30 ms, so more repetitions in less time; the full models (deepseek-v3: 22.5 GB of bf16) fit
@@ -129,6 +129,10 @@ BenchConfig make_config(BenchArgs& a) {
     if (a.backends.empty()) a.backends = d.backends;
     c.graph = a.graph;
     c.backward = a.backward;
+    c.keep = a.keep, c.recompute = a.recompute;
+    MOEX_REQUIRE(!a.recompute || a.backward, ErrorCode::kInvalidArgument, "--recompute goes with --backward");
+    MOEX_REQUIRE(!a.keep || !a.backward, ErrorCode::kInvalidArgument,
+                 "--keep times the training forward; --backward reads what it keeps unless --recompute");
     MOEX_REQUIRE(!a.backward || a.quant == "none", ErrorCode::kInvalidArgument,
                  "--backward: quantized experts have no backward (their codes have no gradient)");
     c.dtype = common::parse_activation_dtype(a.dtype);
@@ -361,7 +365,12 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--activation-scheme", a->activation_scheme, "dynamic or none (default: dynamic for fp8_block)");
     cmd->add_flag("--graph", a->graph, "CUDA: time replays of a CUDA graph (8 calls captured, replay ÷ 8)");
     cmd->add_flag("--backward", a->backward,
-                  "Time the backward pass instead (gradients of x, the routing weights and both projections)");
+                  "Time the backward pass instead (gradients of x, the routing weights and both projections); where "
+                  "the backend keeps its gate/up pre-activation (CUDA grouped_mm, sonicmoe), it reads what one untimed "
+                  "forward kept");
+    cmd->add_flag("--recompute", a->recompute, "--backward: keep nothing; the backward recomputes the up projection");
+    cmd->add_flag("--keep", a->keep,
+                  "Time the training forward: where the backend can, it keeps its gate/up pre-activation");
     cmd->add_flag("--floor-only", a->floor_only, "Print the floor terms, time nothing");
     cmd->add_flag("--json", a->json, "JSON lines on stdout instead of the text table");
     cmd->add_option("--json-file", a->json_file, "Also write the JSON lines to this file (the table stays on stdout)");

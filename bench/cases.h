@@ -26,6 +26,10 @@ struct BenchConfig {
     int64_t llc_bytes = 32LL << 20;        // the cache that must not hold a repetition's experts (CPU LLC, GPU L2)
     bool graph = false;                    // CUDA: time replays of a captured CUDA graph
     bool backward = false;                 // time the backward (every gradient) instead of the forward
+    // Training's kept state (moex/backward.h ExpertsSaved), where the backend keeps it on the device: the forward
+    // keeps its gate/up pre-activation (keep), the backward reads what one untimed forward kept (unless recompute).
+    bool keep = false;
+    bool recompute = false;
     // Quantized experts: the weight sets are quantized once (moex/quant.h's quantizer), activations per `act`.
     QuantFormat quant = QuantFormat::kNone;
     WeightBlock block{128, 128};      // fp8
@@ -61,6 +65,7 @@ struct CaseResult {
     bool check_ok = true;          // the cross-check against another backend passed (or none was made)
     std::string check;             // what the cross-check found; empty when none was made
     int64_t workspace_bytes = -1;  // CUDA: peak of moex's workspace pool over one call; -1 = not measured
+    bool kept = false;             // the forward kept its pre-activation, or the backward read what one kept
 };
 
 // Times the backends on one shape; owns that shape's weight sets.

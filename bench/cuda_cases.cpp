@@ -64,9 +64,12 @@ struct Calls {
     bool backward = false;
     TensorView dout;
     ExpertsGrads grads;
+    std::vector<ExpertsSaved> saved;  // per routing set: what the forward keeps (--keep) or kept (--backward)
 
-    // One forward, or one backward with dx into `dst`.
-    void call(const ExpertsProblem& p, const TensorView& dst, const RunOptions& options) const {
+    // One forward, or one backward with dx into `dst`, of routing set `set`.
+    void call(int set, const TensorView& dst, RunOptions options) const {
+        const ExpertsProblem& p = problems[size_t(set)];
+        if (!saved.empty()) options.saved = &saved[size_t(set)];
         if (!backward) return backend->run(p, dst, options);
         ExpertsGrads g = grads;
         g.hidden_states = dst;
@@ -78,9 +81,9 @@ void invoke(void* ctx, void* stream) {
     auto& c = *static_cast<Calls*>(ctx);
     const RunOptions options{.cuda_stream = stream};
     const int n = c.invocations++;
-    if (!c.graph) return c.call(c.problems[size_t(n % kRoutingSets)], c.out, options);
+    if (!c.graph) return c.call(n % kRoutingSets, c.out, options);
     const TensorView& out = n == 0 ? c.scratch : c.out;
-    for (int j = 1; j <= kRoutingSets; ++j) c.call(c.problems[size_t(j % kRoutingSets)], out, options);
+    for (int j = 1; j <= kRoutingSets; ++j) c.call(j % kRoutingSets, out, options);
 }
 
 class CudaShapeBench : public CaseRunner {
@@ -166,7 +169,7 @@ int64_t CudaShapeBench::workspace_of_one_call(Calls& calls) const {
 #if MOEX_WITH_CUDA
     device_synchronize(Device::kCUDA);
     cuda::reset_workspace_peak();
-    calls.call(calls.problems[0], calls.graph ? calls.scratch : calls.out, RunOptions{});
+    calls.call(0, calls.graph ? calls.scratch : calls.out, RunOptions{});
     device_synchronize(Device::kCUDA);
     return int64_t(cuda::workspace_peak_bytes());
 #else
@@ -181,7 +184,7 @@ std::vector<float> CudaShapeBench::output_of_set0(Calls& calls, DeviceTensor& ou
     if (!calls.graph) {
         out.fill_bytes(0xff);
         device_synchronize(Device::kCUDA);
-        calls.call(calls.problems[0], out.view(), RunOptions{});
+        calls.call(0, out.view(), RunOptions{});
         device_synchronize(Device::kCUDA);
     }
     Tensor host(config_.dtype, {out.view().shape[0], out.view().shape[1]});
@@ -244,6 +247,23 @@ CaseResult CudaShapeBench::run(const Backend& backend, int64_t T) {
         calls.dout = in.dout.view();
         calls.grads.top_k_weights = dw.view(), calls.grads.gate_up_proj = dwu.view();
         calls.grads.down_proj = dwd.view();
+    }
+    // Training's kept state, per routing set, where the backend keeps it: the forward's (--keep), or for the backward
+    // what one untimed forward of each set kept (unless --recompute).
+    std::vector<DeviceTensor> kept;
+    if ((config_.keep || (config_.backward && !config_.recompute)) && !backend.save_refusal(calls.problems[0])) {
+        const int64_t gu_shape[2] = {T * m.k, 2 * m.I}, row_shape[1] = {T * m.k};
+        for (int s = 0; s < kRoutingSets; ++s) {
+            kept.emplace_back(config_.dtype, gu_shape, 2, Device::kCUDA);
+            kept.emplace_back(DType::kI32, row_shape, 1, Device::kCUDA);
+            calls.saved.push_back({kept[kept.size() - 2].view(), kept.back().view()});
+            if (config_.backward) {
+                RunOptions forward;
+                forward.saved = &calls.saved.back();
+                backend.run(calls.problems[size_t(s)], out.view(), forward);
+            }
+        }
+        res.kept = true;
     }
     // One timed call after one warm-up sizes the repetitions to --case-seconds.
     const int per_invocation = config_.graph ? kRoutingSets : 1;

@@ -23,7 +23,9 @@ std::string shape_label(const ShapePlan& p) {
     return p.E == p.model.E ? std::string(p.model.name) : fmt::format("{}/E{}", p.model.name, p.E);
 }
 
-std::string backend_label(const Row& r) { return r.backend + (r.backward ? "+bwd" : "") + (r.graph ? "+graph" : ""); }
+std::string backend_label(const Row& r) {
+    return r.backend + (r.backward ? "+bwd" : "") + (r.result.kept ? "+keep" : "") + (r.graph ? "+graph" : "");
+}
 
 Json result_json(const Row& r, const Derived& d) {
     const auto& p = *r.plan;
@@ -39,6 +41,7 @@ Json result_json(const Row& r, const Derived& d) {
               {"backend", r.backend},
               {"graph", r.graph},
               {"backward", r.backward},
+              {"kept", r.result.kept},
               {"dtype", std::string(dtype_name(r.dtype))},
               {"quant", r.quant.empty() ? std::string("none") : r.quant},
               {"weight_bytes", r.weight_bytes},
@@ -185,7 +188,10 @@ void Reporter::table_start(Device device, bool backward) {
     if (!text_) return;
     line("columns: µs = median time of one experts call (fresh uniform routing per repetition, weights not in cache);");
     if (backward) {
-        line("  +bwd: the backward pass, every gradient (x, routing weights, gate_up_proj, down_proj);");
+        line(
+            "  +bwd: the backward pass, every gradient (x, routing weights, gate_up_proj, down_proj); +keep: it read "
+            "the");
+        line("  gate/up pre-activation one untimed forward kept (else it recomputes that GEMM, not counted in FLOPs);");
         line("  FLOPs = 12·T·k·H·I (dX and dW of both projections; the forward GEMMs it recomputes are not counted);");
         line("  bytes = dtype·3·H·I·(2·E_touched + E) + dtype·3·T·H (weights read twice, gradients written once);");
     } else {

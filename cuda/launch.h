@@ -39,7 +39,15 @@ struct ExpertsArgs {
     DType weight_dtype;
     WeightScales gate_up_scales, down_scales;
     ActQuant act_quant;
+    // A training forward's kept state (moex/backward.h ExpertsSaved), or nullptr for none: the forward (kGrouped, where
+    // grouped_save_why_not allows it) writes (T·k, N) dtype pre-activations x·Wuᵀ + bu in its packed row order and
+    // the (T·k,) row of each slot (-1: a sentinel); the backward reads them instead of recomputing the up projection.
+    void* saved_gate_up = nullptr;
+    int32_t* saved_slot_row = nullptr;
 };
+
+// Why run_experts with kGrouped cannot keep the pre-activation for this call (nullptr: it can); shapes and flags only.
+const char* grouped_save_why_not(const ExpertsArgs& args);
 
 // True when a CUDA device of compute capability 9.0 is usable; otherwise *why says what is missing.
 bool device_ready(std::string* why);

@@ -238,10 +238,11 @@ std::string auto_backend(const ExpertsProblem& p) {
 }
 
 void run_backend(const std::string& backend, const ExpertsProblem& p, const TensorView& out, uintptr_t stream,
-                 int num_threads) {
+                 int num_threads, const ExpertsSaved* saved = nullptr) {
     RunOptions options;
     options.num_threads = num_threads;
     options.cuda_stream = reinterpret_cast<void*>(stream);
+    options.saved = saved;
     const std::string name = backend == "auto" ? auto_backend(p) : backend;
     const Backend& b = ExpertsInterface::global().get(name);
     nb::gil_scoped_release release;  // CPU calls take long; a Python backend takes the GIL back itself
@@ -281,7 +282,8 @@ void experts_backward_call(const std::string& backend, const Array& x, const Arr
                            const std::optional<Array>& grad_gate_up_bias, const std::optional<Array>& grad_down_bias,
                            bool has_gate, bool is_transposed, bool is_concatenated, const std::string& activation,
                            const std::string& gate, float swiglu_alpha, float swiglu_limit, int num_threads,
-                           uintptr_t stream) {
+                           uintptr_t stream, const std::optional<Array>& saved_gate_up,
+                           const std::optional<Array>& saved_slot_row) {
     const Layout layout{has_gate, is_transposed, is_concatenated, activation, gate, swiglu_alpha, swiglu_limit};
     const Array* required[] = {&x, &ids, &weights, &gate_up, &down};
     auto view = [&](int a, const char* name, bool bytes) {
@@ -301,10 +303,69 @@ void experts_backward_call(const std::string& backend, const Array& x, const Arr
     RunOptions options;
     options.num_threads = num_threads;
     options.cuda_stream = reinterpret_cast<void*>(stream);  // CUDA: the caller's stream (0 = the default stream)
+    MOEX_REQUIRE(saved_gate_up.has_value() == saved_slot_row.has_value(), ErrorCode::kInvalidArgument,
+                 "saved_gate_up and saved_slot_row come together");
+    ExpertsSaved saved;
+    if (saved_gate_up) saved = {view_of(*saved_gate_up, "saved_gate_up"), view_of(*saved_slot_row, "saved_slot_row")};
+    options.saved = saved_gate_up ? &saved : nullptr;
     const std::string name = backend == "auto" ? auto_backend(p) : backend;
     const Backend& b = ExpertsInterface::global().get(name);
     nb::gil_scoped_release release;
     b.backward(p, go, grads, options);
+}
+
+// experts() that also keeps what the backward reads (moex/backward.h ExpertsSaved) in saved_gate_up (T*k, N) and
+// saved_slot_row (T*k,) int32: the training forward of backends whose saves_for_backward() is None.
+void experts_saving(const std::string& backend, const Array& x, const Array& ids, const Array& weights,
+                    const Array& gate_up, const Array& down, const std::optional<Array>& gate_up_bias,
+                    const std::optional<Array>& down_bias, const Array& out, const Array& saved_gate_up,
+                    const Array& saved_slot_row, bool has_gate, bool is_transposed, bool is_concatenated,
+                    const std::string& activation, const std::string& gate, float swiglu_alpha, float swiglu_limit,
+                    uintptr_t stream) {
+    const Layout layout{has_gate, is_transposed, is_concatenated, activation, gate, swiglu_alpha, swiglu_limit};
+    const Array* required[] = {&x, &ids, &weights, &gate_up, &down};
+    auto view = [&](int a, const char* name, bool bytes) {
+        if (a < kUpBias) return view_of(*required[a], name, bytes);
+        const std::optional<Array>* o = a == kUpBias ? &gate_up_bias : a == kDownBias ? &down_bias : nullptr;
+        return o && *o ? view_of(**o, name, bytes) : TensorView{};
+    };
+    const ExpertsProblem p = problem_of(view, layout, Quant{});
+    const ExpertsSaved saved{view_of(saved_gate_up, "saved_gate_up"), view_of(saved_slot_row, "saved_slot_row")};
+    run_backend(backend, p, view_of(out, "out"), stream, 0, &saved);
+}
+
+// Why `backend`'s forward of a call of this shape on CUDA device `device_index` keeps nothing for its backward (None:
+// it keeps ExpertsSaved). Shapes, dtypes and flags only, never tensor memory (the views point nowhere), so
+// torch.compile asks it with fake tensors.
+std::optional<std::string> saves_for_backward(const std::string& backend, int64_t T, int64_t H, int64_t I, int64_t E,
+                                              int64_t k, const std::string& dtype, const std::string& weights_dtype,
+                                              bool ids_i64, bool has_gate_up_bias, bool has_down_bias, bool has_gate,
+                                              bool is_transposed, bool is_concatenated, const std::string& activation,
+                                              const std::string& gate, float swiglu_alpha, float swiglu_limit,
+                                              int device_index) {
+    const Layout layout{has_gate, is_transposed, is_concatenated, activation, gate, swiglu_alpha, swiglu_limit};
+    const auto dt = dtype_from_name(dtype), wdt = dtype_from_name(weights_dtype);
+    MOEX_REQUIRE(dt && wdt, ErrorCode::kInvalidArgument, "unknown dtype " + dtype + " / " + weights_dtype);
+    const int64_t N = has_gate ? 2 * I : I;
+    void* const nowhere = reinterpret_cast<void*>(uintptr_t(256));  // aligned, never read
+    auto view = [&](int a, const char*, bool) {
+        const auto at = [&](DType d, std::initializer_list<int64_t> shape) {
+            return TensorView::contiguous(nowhere, d, shape, Device::kCUDA, device_index);
+        };
+        switch (a) {
+            case kX: return at(*dt, {T, H});
+            case kIds: return at(ids_i64 ? DType::kI64 : DType::kI32, {T, k});
+            case kWeights: return at(*wdt, {T, k});
+            case kUp: return is_transposed ? at(*dt, {E, H, N}) : at(*dt, {E, N, H});
+            case kDown: return is_transposed ? at(*dt, {E, I, H}) : at(*dt, {E, H, I});
+            case kUpBias: return has_gate_up_bias ? at(*dt, {E, N}) : TensorView{};
+            case kDownBias: return has_down_bias ? at(*dt, {E, H}) : TensorView{};
+            default: return TensorView{};
+        }
+    };
+    const ExpertsProblem p = problem_of(view, layout, Quant{});
+    const std::string name = backend == "auto" ? auto_backend(p) : backend;
+    return ExpertsInterface::global().get(name).save_refusal(p);
 }
 
 // ---- torch tensors through the DLPack C exchange API -----------------------------------------------------------
@@ -699,9 +760,24 @@ NB_MODULE(_moex, m) {
           "grad_down_proj"_a.none(), "grad_gate_up_bias"_a.none(), "grad_down_bias"_a.none(), "has_gate"_a = true,
           "is_transposed"_a = false, "is_concatenated"_a = true, "activation"_a = "silu", "gate"_a = "default",
           "swiglu_alpha"_a = 1.702f, "swiglu_limit"_a = 7.0f, "num_threads"_a = 0, "stream"_a = 0,
+          "saved_gate_up"_a.none() = nb::none(), "saved_slot_row"_a.none() = nb::none(),
           "The backward of one experts call: writes the gradients given (None: not computed) from grad_out (T, H); "
-          "each has its input's shape and dtype; CUDA work goes on `stream`. Backends without a backward on the "
+          "each has its input's shape and dtype; CUDA work goes on `stream`. saved_gate_up / saved_slot_row: what "
+          "experts_saving kept (the backward then skips the gate/up projection). Backends without a backward on the "
           "tensors' device raise NotImplementedError naming those with one.");
+    m.def("experts_saving", &experts_saving, "backend"_a, "hidden_states"_a, "top_k_index"_a, "top_k_weights"_a,
+          "gate_up_proj"_a, "down_proj"_a, "gate_up_bias"_a.none(), "down_bias"_a.none(), "out"_a, "saved_gate_up"_a,
+          "saved_slot_row"_a, "has_gate"_a = true, "is_transposed"_a = false, "is_concatenated"_a = true,
+          "activation"_a = "silu", "gate"_a = "default", "swiglu_alpha"_a = 1.702f, "swiglu_limit"_a = 7.0f,
+          "stream"_a = 0,
+          "experts() into `out`, keeping for the backward the gate/up pre-activation (T*k, N) in hidden_states' dtype "
+          "and each slot's row (T*k,) int32 in the given arrays (where saves_for_backward says the backend can).");
+    m.def("saves_for_backward", &saves_for_backward, "backend"_a, "T"_a, "H"_a, "I"_a, "E"_a, "k"_a, "dtype"_a,
+          "weights_dtype"_a, "ids_i64"_a, "has_gate_up_bias"_a, "has_down_bias"_a, "has_gate"_a = true,
+          "is_transposed"_a = false, "is_concatenated"_a = true, "activation"_a = "silu", "gate"_a = "default",
+          "swiglu_alpha"_a = 1.702f, "swiglu_limit"_a = 7.0f, "device_index"_a = 0,
+          "None when `backend`'s forward of a CUDA call of this shape keeps its gate/up pre-activation for the "
+          "backward (experts_saving), else why not. Reads no tensor memory.");
     m.def(
         "backends",
         [] {

@@ -4,6 +4,7 @@
 // requested gradients written. Skips itself without a CUDA device.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -253,6 +254,105 @@ TEST(BackwardCudaOnly, RequestedGradientsOnly) {
             EXPECT_EQ(up[0], 0xffffu);  // never asked for: untouched
         }
     }
+}
+
+// A training forward that keeps its gate/up pre-activation (ExpertsSaved) gives the plain forward's output bits, keeps
+// x·Wuᵀ + bu of every slot (within bf16's rounding of the float64 value), and its backward gives the recomputing
+// backward's bits: every gated layout, biases, sentinels, I with a partial 64-column box, T with partial row boxes.
+TEST(BackwardCudaOnly, KeptPreactivationGivesTheRecomputedBits) {
+    MOEX_NEED_CUDA();
+    const Backend& grouped = ExpertsInterface::global().get("grouped_mm");
+    uint64_t seed = 1700;
+    for (const Variant& v0 : all_layouts(DType::kBF16)) {
+        if (!v0.has_gate || (v0.activation != Activation::kSilu && v0.gate != GateKind::kGptOss)) continue;
+        for (const int64_t T : {1, 23, 300}) {
+            Variant v = v0;
+            v.bias = T != 23;
+            SCOPED_TRACE(v.name() + " T=" + std::to_string(T));
+            const int64_t H = 136, I = 72, E = 5, k = 3, S = T * k, N = 2 * I;
+            HostProblem hp(T, H, I, E, k, v, ++seed);
+            add_sentinels(hp, T, k, E, /*unhit=*/4);
+            const PlacedProblem placed = place(hp.problem(), Device::kCUDA);
+            if (auto why = grouped.save_refusal(placed.problem)) GTEST_SKIP() << *why;
+            const int64_t gu_shape[2] = {S, N}, row_shape[1] = {S};
+            DeviceTensor gu(DType::kBF16, gu_shape, 2, Device::kCUDA), rows(DType::kI32, row_shape, 1, Device::kCUDA);
+            gu.fill_bytes(0xff), rows.fill_bytes(0x7f);
+            const ExpertsSaved saved{gu.view(), rows.view()};
+            RunOptions keep;
+            keep.saved = &saved;
+            EXPECT_TRUE(bitwise_equal(run_backend(grouped, placed), run_backend(grouped, placed, keep)));
+
+            // The kept rows: each slot's row holds x·Wuᵀ + bu rounded once (a 16-bit kernel's f32 sum: within 2^-8
+            // of the value plus the sum's own error, bound by 2^-12 of the products' magnitudes).
+            Tensor host_gu(DType::kBF16, {S, N}), host_rows(DType::kI32, {S});
+            gu.copy_to_host(host_gu.view()), rows.copy_to_host(host_rows.view());
+            const Dense d = dense_of(hp.problem());
+            const auto* row_of = static_cast<const int32_t*>(host_rows.data());
+            int64_t bad = 0;
+            for (int64_t s = 0; s < S; ++s) {
+                const int64_t t = s / k, e = d.ids[size_t(s)];
+                if (e < 0 || e >= E) {
+                    bad += row_of[s] != -1;
+                    continue;
+                }
+                for (int64_t n = 0; n < N; ++n) {
+                    double a = v.bias ? d.bu[size_t(e * N + n)] : 0.0, mag = std::fabs(a);
+                    for (int64_t c = 0; c < H; ++c) {
+                        const double term = d.x[size_t(t * H + c)] * d.wu[size_t((e * N + n) * H + c)];
+                        a += term, mag += std::fabs(term);
+                    }
+                    const double got = load_as_double(host_gu.view(), row_of[s] * N + n);
+                    bad += !(std::fabs(got - a) <= 0x1p-8 * std::fabs(a) + 0x1p-12 * mag);
+                }
+            }
+            EXPECT_EQ(bad, 0);
+
+            const Tensor dout = grad_out_for(hp.problem(), seed);
+            const DeviceTensor dout_dev = DeviceTensor::from_host(dout.view(), Device::kCUDA);
+            const DeviceGrads g1(placed.problem), g2(placed.problem);
+            const HostGrads one = run_cuda_backward("grouped_mm", placed, dout_dev, g1);
+            ExpertsInterface::global().backward("grouped_mm", placed.problem, dout_dev.view(), g2.views, keep);
+            device_synchronize(Device::kCUDA);
+            const HostGrads two{to_host(g2.x),    to_host(g2.w),  to_host(g2.up),
+                                to_host(g2.down), to_host(g2.bu), to_host(g2.bd)};
+            EXPECT_TRUE(bitwise_equal(one.x, two.x) && bitwise_equal(one.w, two.w) && bitwise_equal(one.up, two.up) &&
+                        bitwise_equal(one.down, two.down) && bitwise_equal(one.bu, two.bu) &&
+                        bitwise_equal(one.bd, two.bd));
+            expect_matches_reference(hp.problem(), dout, one);
+            if (HasFailure()) return;
+        }
+    }
+}
+
+// What keeps and what refuses: the CPU and the other pipelines keep nothing and say so; bad views are named.
+TEST(BackwardCudaOnly, KeepingRefusesClearly) {
+    const ExpertsInterface& reg = ExpertsInterface::global();
+    Variant v;
+    v.dtype = DType::kBF16;
+    HostProblem hp(8, 64, 32, 4, 2, v, 91);
+    EXPECT_TRUE(reg.get("grouped_mm").save_refusal(hp.problem()).has_value());  // host tensors
+    const int64_t gu_shape[2] = {16, 64}, row_shape[1] = {16};
+    Tensor gu(DType::kBF16, gu_shape, 2), rows(DType::kI32, row_shape, 1);
+    const ExpertsSaved saved{gu.view(), rows.view()};
+    RunOptions keep;
+    keep.saved = &saved;
+    Tensor out(DType::kBF16, {8, 64});
+    expect_error([&] { reg.run("grouped_mm", hp.problem(), out.view(), keep); }, ErrorCode::kUnsupported,
+                 "cannot keep the forward's activations here");
+    MOEX_NEED_CUDA();
+    const PlacedProblem placed = place(hp.problem(), Device::kCUDA);
+    EXPECT_TRUE(reg.get("batched_mm").save_refusal(placed.problem).has_value());
+    EXPECT_TRUE(reg.get("eager").save_refusal(placed.problem).has_value());
+    EXPECT_TRUE(reg.get("deepgemm").save_refusal(placed.problem).has_value());
+    if (reg.get("grouped_mm").save_refusal(placed.problem)) GTEST_SKIP() << "no sm_90 device";
+    const int64_t wrong_shape[2] = {16, 32};
+    DeviceTensor dgu(DType::kBF16, wrong_shape, 2, Device::kCUDA), drows(DType::kI32, row_shape, 1, Device::kCUDA);
+    const ExpertsSaved wrong{dgu.view(), drows.view()};
+    RunOptions bad;
+    bad.saved = &wrong;
+    const DeviceTensor dout(DType::kBF16, std::array<int64_t, 2>{8, 64}.data(), 2, Device::kCUDA);
+    expect_error([&] { reg.run("grouped_mm", placed.problem, dout.view(), bad); }, ErrorCode::kInvalidArgument,
+                 "saved gate_up has shape (16, 32), expected (T*k, N) = (16, 64)");
 }
 
 TEST(BackwardCudaOnly, EveryBackendButDeepgemmHasOne) {

@@ -21,6 +21,11 @@ struct ExpertsBackwardArgs {
 
 // The backward of the contract's math in f32 (h recomputed from x as the CPU backward does, rounded to the dtype;
 // each gradient rounded once), deterministic (no float atomics), on `stream`. Weights in the activation dtype only.
+// fwd.saved_*: what the forward kept (the tensor-core backward reads them; the SIMT one recomputes).
 void run_experts_backward(const ExpertsBackwardArgs& args, void* stream);
+
+// Why a forward of this call should not keep its pre-activation (nullptr: grouped_mm's pipeline keeps it and the
+// tensor-core backward reads it): shapes, dtypes, flags and the device only.
+const char* backward_save_why_not(const ExpertsArgs& fwd);
 
 }  // namespace moex::cuda

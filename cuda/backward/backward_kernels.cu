@@ -109,11 +109,15 @@ void launch_gate_grad(const GateGradArgs& a, cudaStream_t stream) {
                      is_aligned16(a.h_f32) && is_aligned16(a.dA_out) && is_aligned16(a.wh_out);
     with_dtype(a.dtype, "experts backward", [&](auto t) {
         using T = decltype(t);
-        if (vec) {
-            gate_grad_kernel<T, true><<<blocks, 32 * kGateWarps, 0, stream>>>(a);
-        } else {
-            gate_grad_kernel<T, false><<<blocks, 32 * kGateWarps, 0, stream>>>(a);
-        }
+        const auto launch = [&](auto ta) {
+            using TA = decltype(ta);
+            if (vec) {
+                gate_grad_kernel<T, TA, true><<<blocks, 32 * kGateWarps, 0, stream>>>(a);
+            } else {
+                gate_grad_kernel<T, TA, false><<<blocks, 32 * kGateWarps, 0, stream>>>(a);
+            }
+        };
+        a.au_in_dtype ? launch(T{}) : launch(float{});
         MOEX_LAUNCH_CHECK();
     });
 }

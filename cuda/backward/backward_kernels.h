@@ -68,7 +68,7 @@ void launch_column_sums(const ColumnSumArgs& args, cudaStream_t stream);
 // weight's gradient; sentinel slots get exactly 0), dA_r = gate'(A_r) ⊙ (w G_r). In place: A becomes dA, G becomes h.
 // For the tensor-core GEMMs after it (backward_sm90.cu) also dA_r and w·h rounded to the dtype into dA_out, wh_out.
 struct GateGradArgs {
-    const float* AU;          // (rows, N) f32: the up projection
+    const void* AU;           // (rows, N) the up projection: f32, or the dtype when au_in_dtype
     const float* GH;          // (rows, I) f32: G = dO·Wd
     float* row_w;             // (rows,) the routing weight of each row, out
     const void* dout;         // (T, H) dtype
@@ -82,10 +82,12 @@ struct GateGradArgs {
     bool ids_i64, weights_f32, has_gate;
     GateParams gate;
     // Outputs, each optional (nullptr: not written); the f32 ones may be AU and GH themselves (in place).
-    float* dA_f32 = nullptr;  // (rows, N) dA = w·G·act'(...) in f32
-    float* h_f32 = nullptr;   // (rows, I) h = act(g)·u, rounded to the dtype, in f32
-    void* dA_out = nullptr;   // (rows, N) dA in the dtype
-    void* wh_out = nullptr;   // (rows, I) w·h in the dtype
+    float* dA_f32 = nullptr;          // (rows, N) dA = w·G·act'(...) in f32
+    float* h_f32 = nullptr;           // (rows, I) h = act(g)·u, rounded to the dtype, in f32
+    void* dA_out = nullptr;           // (rows, N) dA in the dtype
+    void* wh_out = nullptr;           // (rows, I) w·h in the dtype
+    bool au_in_dtype = false;         // AU holds dtype values (the tensor-core backward's, or the forward's kept)
+    const int32_t* au_row = nullptr;  // (S,) AU's row of slot s (the forward's kept rows), or nullptr: slot_row
 };
 void launch_gate_grad(const GateGradArgs& args, cudaStream_t stream);
 

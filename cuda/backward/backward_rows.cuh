@@ -108,15 +108,32 @@ __device__ __forceinline__ void store4_as(T* p, int64_t n, const float (&v)[4]) 
         for (int j = 0; j < 4 && j < n; ++j) p[j] = from_f32<T>(v[j]);
     }
 }
+// Four values of type T at p as floats: one 8-byte (16-bit T) or 16-byte (f32) load when kVec, else the ones below n.
+template <class T, bool kVec>
+__device__ __forceinline__ float4 load4_as(const T* p, int64_t n) {
+    if constexpr (kVec && sizeof(T) == 2) {
+        struct alignas(8) Quad {
+            T q[4];
+        } quad = *reinterpret_cast<const Quad*>(p);
+        return make_float4(to_f32(quad.q[0]), to_f32(quad.q[1]), to_f32(quad.q[2]), to_f32(quad.q[3]));
+    } else if constexpr (kVec) {
+        return load4<true>(reinterpret_cast<const float*>(p), 4);
+    } else {
+        return make_float4(n > 0 ? to_f32(p[0]) : 0.f, n > 1 ? to_f32(p[1]) : 0.f, n > 2 ? to_f32(p[2]) : 0.f,
+                           n > 3 ? to_f32(p[3]) : 0.f);
+    }
+}
+
 inline constexpr int kGateWarps = 8;  // warps per CTA, one slot each
 inline constexpr int kGateQuads = 4;  // quads (4 consecutive i) a lane loads before it computes and stores any
 inline constexpr int kGateSpan = 32 * 4 * kGateQuads;  // i values per pass of a warp
 
 // One warp per slot, grid-stride over slots. A pass loads kGateQuads quads of i per lane (g, u and G of each, 16-byte
-// loads when kVec: I % 4 == 0), then computes and stores them: the loads of a pass are all in flight at once (stores
-// to AU / GH may alias the next loads, so the compiler could not hoist them itself). Every lane sums its own G·h in
-// a fixed order and the warp adds the 32 partial sums in a fixed tree: the same bits every run.
-template <class T, bool kVec>
+// loads when kVec: I % 4 == 0; g and u of TA, f32 or the dtype), then computes and stores them: the loads of a pass are
+// all in flight at once (stores to AU / GH may alias the next loads, so the compiler could not hoist them itself).
+// Every lane sums its own G·h in a fixed order and the warp adds the 32 partial sums in a fixed tree: the same bits
+// every run.
+template <class T, class TA, bool kVec>
 __global__ void __launch_bounds__(32 * kGateWarps) gate_grad_kernel(const __grid_constant__ GateGradArgs a) {
     const DType w_dtype = a.weights_f32 ? DType::kF32 : a.dtype;
     const int lane = int(threadIdx.x) & 31;
@@ -130,7 +147,7 @@ __global__ void __launch_bounds__(32 * kGateWarps) gate_grad_kernel(const __grid
             continue;
         }
         const float w = load_weight(a.weights, a.weights_f32, a.dtype, s);
-        const float* au = a.AU + int64_t(row) * a.N;
+        const TA* au = static_cast<const TA*>(a.AU) + int64_t(a.au_row != nullptr ? a.au_row[s] : row) * a.N;
         const float* gh = a.GH + int64_t(row) * a.I;
         float dot = 0.0f;
         for (int64_t base = 0; base < a.I; base += kGateSpan) {
@@ -141,11 +158,12 @@ __global__ void __launch_bounds__(32 * kGateWarps) gate_grad_kernel(const __grid
                 if (n <= 0) continue;
                 G[q] = load4<kVec>(gh + i0, n);
                 if (!a.has_gate) {
-                    u[q] = load4<kVec>(au + i0, n), g[q] = u[q];  // g unused
+                    u[q] = load4_as<TA, kVec>(au + i0, n), g[q] = u[q];  // g unused
                 } else if (a.gate.concatenated) {
-                    g[q] = load4<kVec>(au + i0, n), u[q] = load4<kVec>(au + a.I + i0, n);
+                    g[q] = load4_as<TA, kVec>(au + i0, n), u[q] = load4_as<TA, kVec>(au + a.I + i0, n);
                 } else {  // interleaved: (g, u) pairs of i0 .. i0 + 3 in 8 consecutive values
-                    const float4 lo = load4<kVec>(au + 2 * i0, 2 * n), hi = load4<kVec>(au + 2 * i0 + 4, 2 * n - 4);
+                    const float4 lo = load4_as<TA, kVec>(au + 2 * i0, 2 * n),
+                                 hi = load4_as<TA, kVec>(au + 2 * i0 + 4, 2 * n - 4);
                     g[q] = make_float4(lo.x, lo.z, hi.x, hi.z), u[q] = make_float4(lo.y, lo.w, hi.y, hi.w);
                 }
             }
@@ -210,22 +228,6 @@ __global__ void __launch_bounds__(256) zero_padding_kernel(const __grid_constant
             auto* row = static_cast<uint32_t*>(a.rows[b]) + r * a.ld[b] * esize / 4;
             for (int64_t c = lane; c < a.ld[b] * esize / 4; c += 32) row[c] = 0u;
         }
-    }
-}
-
-// Four values of type T at p as floats: one 8-byte (16-bit T) or 16-byte (f32) load when kVec, else the ones below n.
-template <class T, bool kVec>
-__device__ __forceinline__ float4 load4_as(const T* p, int64_t n) {
-    if constexpr (kVec && sizeof(T) == 2) {
-        struct alignas(8) Quad {
-            T q[4];
-        } quad = *reinterpret_cast<const Quad*>(p);
-        return make_float4(to_f32(quad.q[0]), to_f32(quad.q[1]), to_f32(quad.q[2]), to_f32(quad.q[3]));
-    } else if constexpr (kVec) {
-        return load4<true>(reinterpret_cast<const float*>(p), 4);
-    } else {
-        return make_float4(n > 0 ? to_f32(p[0]) : 0.f, n > 1 ? to_f32(p[1]) : 0.f, n > 2 ? to_f32(p[2]) : 0.f,
-                           n > 3 ? to_f32(p[3]) : 0.f);
     }
 }
 

@@ -1,12 +1,13 @@
 // The experts backward on Hopper's tensor cores (bf16): the same math as the SIMT backward (backward.cu), with its five
 // GEMMs as wgmma GEMMs over the padded-contiguous layout of the forward's grouped pipeline.
 //   routing (128-row expert blocks) -> gathered rows of x and of dO (zero padding rows)
-//   -> A = X Wuᵀ + bu and G = dO Wd (the forward's sm_90a grouped GEMM, f32 out) -> per slot h, dw, dA (gate_grad,
-//   which also writes dA and w·h in bf16) -> dX rows = dA Wu (grouped GEMM, bf16) and the per-token sum (f32)
-//   -> dWu = dAᵀ X, dWd = dOᵀ (w h) (weight_grad_sm90: the expert's rows are the K loop) -> bias column sums (f32
-//   rows).
-// Nothing (S, H)-sized is kept from the forward: the forward's activations are recomputed from x. No float atomics:
-// every output has one fixed order, so two runs give the same bits.
+//   -> A = X Wuᵀ + bu (the forward's sm_90a grouped GEMM, bf16 out; skipped when the forward kept A, ExpertsSaved)
+//   and G = dO Wd (f32 out) -> per slot h, dw, dA (gate_grad, which also writes dA and w·h in bf16) -> dX rows =
+//   dA Wu (grouped GEMM, bf16) and the per-token sum (f32) -> dWu = dAᵀ X, dWd = dOᵀ (w h) (weight_grad_sm90: the
+//   expert's rows are the K loop) -> bias column sums (f32 rows).
+// Nothing (S, H)-sized is kept from the forward: at most its (S, N) pre-activation A, in bf16 as transformers'
+// autograd keeps its gate_up output (the recomputed A is rounded the same way, so both give the same bits). No float
+// atomics: every output has one fixed order, so two runs give the same bits.
 #include <cstdlib>
 #include <cstring>
 
@@ -47,7 +48,7 @@ Gemms describe(const ExpertsBackwardArgs& b, const RoutingArgs* r, int64_t P, in
                            .max_m_tiles = tiles,
                            .dtype = a.dtype,
                            .b_n_major = a.is_transposed,  // Wu (E, N, H) | (E, H, N)
-                           .d_f32 = true,
+                           .d_f32 = false,
                            .epilogue = Epilogue::kStore,
                            .gate = a.gate,
                            .b_dtype = a.dtype,
@@ -56,6 +57,7 @@ Gemms describe(const ExpertsBackwardArgs& b, const RoutingArgs* r, int64_t P, in
                            .a_fp8 = false};
     m.g = m.up;  // G (P, I) = dO Wd: Wd_e(i, c) read from (E, H, I) (K-by-N) | transposed (E, I, H)
     m.g.B = a.down_proj, m.g.bias = nullptr, m.g.N = a.I, m.g.K = a.H, m.g.b_n_major = !a.is_transposed;
+    m.g.d_f32 = true;
     m.dx = m.up;  // dX rows (P, H) = dA Wu: Wu_e(c, n) read from (E, N, H) (K-by-N) | transposed (E, H, N)
     m.dx.bias = nullptr, m.dx.N = a.H, m.dx.K = N, m.dx.b_n_major = !a.is_transposed;
     const WeightGradGemmArgs w{.A = nullptr,
@@ -107,6 +109,11 @@ const char* backward_sm90_why_not(const ExpertsBackwardArgs& b) {
     return nullptr;
 }
 
+const char* backward_save_why_not(const ExpertsArgs& fwd) {
+    if (const char* why = grouped_save_why_not(fwd)) return why;
+    return backward_sm90_why_not(ExpertsBackwardArgs{.fwd = fwd});
+}
+
 void run_experts_backward_sm90(const ExpertsBackwardArgs& b, cudaStream_t stream) {
     const ExpertsArgs& a = b.fwd;
     const int64_t N = a.has_gate ? 2 * a.I : a.I, S = a.T * a.k, H = a.H, I = a.I, E = a.E, es = 2;
@@ -114,11 +121,13 @@ void run_experts_backward_sm90(const ExpertsBackwardArgs& b, cudaStream_t stream
     Workspace ws(stream);
     const RoutingBuffers rb = reserve_routing(ws, S, E, kRowAlign, kRowAlign);
     const int64_t P = rb.rows_bound;
-    const size_t x_rows = ws.reserve(size_t(P * H * es));                       // (P, H) gathered x
-    const size_t do_rows = ws.reserve(size_t(P * H * es));                      // (P, H) gathered dO
-    const size_t row_w = ws.reserve_n<float>(P);                                // (P,) routing weight of each row
-    const size_t au = ws.reserve_n<float>(P * N);                               // (P, N) up projection, then dA
-    const size_t gh = ws.reserve_n<float>(P * I);                               // (P, I) G = dO Wd, then h
+    const size_t x_rows = ws.reserve(size_t(P * H * es));   // (P, H) gathered x
+    const size_t do_rows = ws.reserve(size_t(P * H * es));  // (P, H) gathered dO
+    const size_t row_w = ws.reserve_n<float>(P);            // (P,) routing weight of each row
+    const bool saved = a.saved_gate_up != nullptr;          // the forward kept A (its packed rows): no up GEMM here
+    const size_t au = saved ? 0 : ws.reserve(size_t(P * N * es));               // (P, N) up projection in bf16
+    const size_t da32 = b.grad_gate_up_bias ? ws.reserve_n<float>(P * N) : 0;   // (P, N) dA in f32 for the bias
+    const size_t gh = ws.reserve_n<float>(P * I);                               // (P, I) G = dO Wd
     const size_t da16 = ws.reserve(size_t(P * N * es));                         // (P, N) dA in bf16
     const size_t wh16 = ws.reserve(size_t(P * I * es));                         // (P, I) w·h in bf16
     const size_t dx_rows = b.grad_hidden ? ws.reserve(size_t(P * H * es)) : 0;  // (P, H) dA Wu in bf16
@@ -146,15 +155,20 @@ void run_experts_backward_sm90(const ExpertsBackwardArgs& b, cudaStream_t stream
     gather(b.grad_out, do_rows, nullptr);
 
     Gemms m = describe(b, &r, P, rb.tiles_bound);
-    m.up.A = ws.at<void>(x_rows), m.up.D = ws.at<void>(au);
+    if (!saved) {
+        m.up.A = ws.at<void>(x_rows), m.up.D = ws.at<void>(au);
+        launch_grouped_gemm(m.up, stream);
+    }
     m.g.A = ws.at<void>(do_rows), m.g.D = ws.at<void>(gh);
-    launch_grouped_gemm(m.up, stream);
     launch_grouped_gemm(m.g, stream);
 
+    float* const dA_f32 = b.grad_gate_up_bias ? ws.at<float>(da32) : nullptr;
     backward::GateGradArgs gate =
-        backward::gate_grad_args(b, r.slot_row, ws.at<float>(au), ws.at<float>(gh), ws.at<float>(row_w));
+        backward::gate_grad_args(b, r.slot_row, nullptr, ws.at<float>(gh), ws.at<float>(row_w));
+    gate.AU = saved ? a.saved_gate_up : ws.at<void>(au), gate.au_in_dtype = true;
+    gate.au_row = saved ? a.saved_slot_row : nullptr;  // the forward's packed row of each slot
     // dA and w·h in bf16 feed the GEMMs; dA in f32 only feeds the gate_up bias's column sums, and h in f32 nothing.
-    gate.dA_f32 = b.grad_gate_up_bias ? ws.at<float>(au) : nullptr, gate.h_f32 = nullptr;
+    gate.dA_f32 = dA_f32, gate.h_f32 = nullptr;
     gate.dA_out = ws.at<void>(da16), gate.wh_out = ws.at<void>(wh16);
     backward::launch_gate_grad(gate, stream);
     backward::launch_zero_padding({.rows = {ws.at<void>(da16), ws.at<void>(wh16)},
@@ -181,8 +195,7 @@ void run_experts_backward_sm90(const ExpertsBackwardArgs& b, cudaStream_t stream
         m.dwd.B = ws.at<void>(a.is_transposed ? do_rows : wh16);
         launch_weight_grad_sm90(m.dwd, stream);
     }
-    backward::launch_bias_grads(b, r.expert_row_start, r.expert_count, r.row_slot, ws.at<float>(au),
-                                ws.at<float>(row_w), stream);
+    backward::launch_bias_grads(b, r.expert_row_start, r.expert_count, r.row_slot, dA_f32, ws.at<float>(row_w), stream);
 }
 
 }  // namespace moex::cuda

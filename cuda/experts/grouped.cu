@@ -29,14 +29,56 @@ bool env_is(const char* name, const char* value) {
 
 }  // namespace
 
+const char* grouped_save_why_not(const ExpertsArgs& a) {
+    if (!a.has_gate) return "ungated experts (their backward recomputes the up projection)";
+    if (a.dtype != DType::kBF16) return "the kept pre-activation feeds the bf16 tensor-core backward only";
+    if (a.gate_up_scales.format != QuantFormat::kNone || a.weight_dtype != a.dtype)
+        return "quantized weights have no backward";
+    if (env_is("MOEX_PACKED_ROWS", "0")) return "MOEX_PACKED_ROWS=0 (the kept rows are the packed layout's)";
+    if (gemm_forced_portable()) return "MOEX_GEMM=portable (the portable GEMM has no epilogue that keeps it)";
+    if (!device_state().sm90) return "the device is not an sm_90 (Hopper) GPU";
+    static const int32_t kInt = 0;
+    const int64_t S = a.T * a.k;
+    void* const aligned = reinterpret_cast<void*>(uintptr_t(256));  // placeholders: the check reads no memory
+    const GroupedGemmArgs up{.A = aligned,
+                             .B = aligned,
+                             .D = aligned,
+                             .bias = a.gate_up_bias,
+                             .row_scale = nullptr,
+                             .m_tile_expert = &kInt,
+                             .num_m_tiles = &kInt,
+                             .expert_row_start = &kInt,
+                             .expert_row_count = &kInt,
+                             .P = S,
+                             .N = up_width(a),
+                             .K = a.H,
+                             .E = a.E,
+                             .max_m_tiles = routing_tiles_bound(S, a.E, 1, kRowAlign),
+                             .dtype = a.dtype,
+                             .b_n_major = a.is_transposed,
+                             .d_f32 = false,
+                             .epilogue = Epilogue::kGateSave,
+                             .gate = a.gate,
+                             .b_dtype = a.weight_dtype,
+                             .b_scales = {},
+                             .a_scales = nullptr,
+                             .a_fp8 = false,
+                             .save = aligned};
+    return sm90_refusal(up);
+}
+
 void run_grouped(const ExpertsArgs& a, cudaStream_t stream) { run_grouped(a, stream, GroupedOptions{}); }
 
 void run_grouped(const ExpertsArgs& a, cudaStream_t stream, const GroupedOptions& options) {
     const bool sm90_only = options.sm90_only;
     const int64_t S = a.T * a.k, N = up_width(a), E = a.E, esize = dtype_size(a.dtype);
+    // A training forward keeps x·Wuᵀ + bu of every row (packed: rows_bound == S) through the up GEMM's epilogue;
+    // run_experts checked grouped_save_why_not.
+    const bool save = a.saved_gate_up != nullptr;
 
     Workspace ws(stream);
     const bool packed = !sm90_only && !env_is("MOEX_PACKED_ROWS", "0");
+    MOEX_REQUIRE(!save || packed, ErrorCode::kUnsupported, "grouped: the kept pre-activation needs the packed rows");
     const RoutingBuffers rb = reserve_routing(ws, S, E, packed ? 1 : kRowAlign, kRowAlign, /*tile_ranges=*/packed);
     const int64_t P = rb.rows_bound;
     const int64_t tail_rows = packed ? kRowAlign - 1 : 0;  // rows the last tile reads past the last expert (packed)
@@ -93,6 +135,7 @@ void run_grouped(const ExpertsArgs& a, cudaStream_t stream, const GroupedOptions
     down.epilogue = Epilogue::kStore, down.b_scales = a.down_scales;
     down.a_scales = codes ? ws.at<float>(h_scales) : nullptr;
     down.expert_scale = options.down_expert_scale;
+    if (save) up.epilogue = Epilogue::kGateSave, up.save = a.saved_gate_up;
     bool fused_h_quant = false;  // the up GEMM's gate epilogue writes h as e4m3 codes and their scales
     if (fp8_candidate) {         // both GEMMs on e4m3 bytes, or both on codes in the dtype
         GroupedGemmArgs up8 = up, down8 = down;
@@ -125,6 +168,9 @@ void run_grouped(const ExpertsArgs& a, cudaStream_t stream, const GroupedOptions
     }
 
     launch_routing(r, stream);
+    if (save)
+        CUDA_CHECK(cudaMemcpyAsync(a.saved_slot_row, r.slot_row, size_t(S) * sizeof(int32_t), cudaMemcpyDeviceToDevice,
+                                   stream));
     GatherArgs gather = gather_args(a, r, ws.at<void>(x_rows), ws.at<float>(row_scale), P);
     gather.tail_rows = tail_rows;
     // The FP8 kernel's e4m3 x straight from the token rows (one pass, no (P, H) rows in the dtype), when it can.

@@ -30,6 +30,12 @@ void run_experts(const ExpertsArgs& a, Algo algo, void* stream) {
                  "run_experts: the interleaved layout and the gpt-oss gate need a gate");
     MOEX_REQUIRE(a.T * a.k < (int64_t(1) << 30), ErrorCode::kUnsupported,
                  "run_experts: T*k = " + std::to_string(a.T * a.k) + " routed rows; at most 2^30 are supported");
+    if (a.saved_gate_up != nullptr || a.saved_slot_row != nullptr) {
+        const char* why = algo != Algo::kGrouped ? "only grouped_mm's pipeline keeps it" : grouped_save_why_not(a);
+        MOEX_REQUIRE(why == nullptr && a.saved_gate_up && a.saved_slot_row, ErrorCode::kUnsupported,
+                     std::string("run_experts: this call cannot keep the gate/up pre-activation for the backward: ") +
+                         (why ? why : "saved_gate_up and saved_slot_row come together"));
+    }
     const cudaStream_t s = as_stream(stream);
     switch (algo) {
         case Algo::kEager: return run_eager(a, s);

@@ -66,6 +66,8 @@ void launch_grouped_gemm_portable(const GroupedGemmArgs& g, void* stream) {
                  "grouped GEMM: per-expert accumulator scales are an sm_90a kernel feature");
     MOEX_REQUIRE(g.epilogue != Epilogue::kGateE4m3, ErrorCode::kUnsupported,
                  "grouped GEMM: the gate epilogue into e4m3 codes is an sm_90a FP8 kernel feature");
+    MOEX_REQUIRE(g.epilogue != Epilogue::kGateSave, ErrorCode::kUnsupported,
+                 "grouped GEMM: the gate epilogue that keeps the pre-activation is an sm_90a kernel feature");
     if (g.max_m_tiles == 0) return;
     const cudaStream_t s = as_stream(stream);
     switch (g.dtype) {

@@ -21,8 +21,12 @@ enum class Epilogue : int32_t {
     // d_scales one dynamic scale (amax / 448) per row and 128 columns (what launch_act_quant writes from kGate's
     // output, bit for bit). The sm_90a FP8 kernel only, with N / 2 a multiple of 128.
     kGateE4m3 = 2,
+    // kGate, and before the gate every accumulator column's pre-activation (acc + bias, rounded to the dtype) into
+    // `save` (P, N) row-major in B's column order: the gate/up projection a training forward keeps for its backward
+    // (ExpertsSaved). The sm_90a 16-bit kernel only.
+    kGateSave = 3,
 };
-inline bool is_gate(Epilogue e) { return e == Epilogue::kGate || e == Epilogue::kGateE4m3; }
+inline bool is_gate(Epilogue e) { return e == Epilogue::kGate || e == Epilogue::kGateE4m3 || e == Epilogue::kGateSave; }
 
 // D[r, :] = epilogue(A[r, :] · B_e[:, :]ᵀ + bias_e) * (row_scale ? row_scale[r] : 1) for every row r of expert e.
 // All routing arrays live in device memory and are written by the routing kernels, so the launch needs no host sync
@@ -59,6 +63,7 @@ struct GroupedGemmArgs {
     // (expert_row_start[E]), where the last tile's rows below P are; A rows past P read as zeros. A's kRowAlign - 1
     // rows from expert_row_start[E] (below P) must be written like padding rows (the gather clears them).
     const int32_t* m_tile_row0 = nullptr;
+    void* save = nullptr;  // kGateSave: (P, N) dtype, the rows' pre-activations (written where D's rows are)
 };
 
 // MOEX_GEMM=portable: the portable kernel for everything it can run (the GPU check runs every test through both).

@@ -87,6 +87,14 @@ bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStrea
         const cuuint32_t box[2] = {static_cast<cuuint32_t>(128 / d_esz), 64};
         p.map_d = make_tensor_map_128b(a.D, d_type, 2, dims, strides, box);
     }
+    if constexpr (kEpi == EpiKind::kGateSave) {  // save as (P, 2, I) for [gate | up] columns, else (P, 1, N)
+        const uint64_t width = a.gate.concatenated ? N / 2 : N;
+        const cuuint64_t dims[3] = {width, N / width, P}, strides[2] = {width * 2, N * 2};
+        const cuuint32_t box[3] = {64, 1, 64};
+        p.map_s = make_tensor_map_128b(a.save, kType, 3, dims, strides, box);
+        p.epi.save = static_cast<uint8_t*>(a.save);
+        p.epi.save_row_bytes = static_cast<int32_t>(N * 2);
+    }
     p.epi.bias = a.bias;
     p.epi.row_scale = a.row_scale;
     p.epi.expert_scale = a.expert_scale;
@@ -143,6 +151,10 @@ bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStrea
 template <typename T, bool kBNMajor, bool kFp8 = false>
 bool dispatch_epilogue(const GroupedGemmArgs& a, const Sm90GemmConfig& c, int dev, cudaStream_t s) {
     if (a.epilogue == Epilogue::kGate) return run<T, kBNMajor, EpiKind::kGate, kFp8>(a, c, dev, s);
+    if (a.epilogue == Epilogue::kGateSave) {  // built for the 16-bit kernels only (sm90_why_not)
+        if constexpr (!kFp8) return run<T, kBNMajor, EpiKind::kGateSave, kFp8>(a, c, dev, s);
+        return false;
+    }
     if (a.epilogue == Epilogue::kGateE4m3) {  // built for the FP8 kernel only (sm90_why_not)
         if constexpr (kFp8) return run<T, kBNMajor, EpiKind::kGateE4m3, kFp8>(a, c, dev, s);
         return false;
@@ -193,8 +205,8 @@ bool launch_grouped_gemm_sm90(const GroupedGemmArgs& args, void* stream) {
     return launch_checked(args, config, dev, stream);
 }
 
-// Instantiations: {bf16, f16} x {B (E, N, K), B (E, K, N), FP8 (E, N, K)} x {store dtype, store f32, gate}, and the
-// FP8 kernel's gate into e4m3 codes.
+// Instantiations: {bf16, f16} x {B (E, N, K), B (E, K, N), FP8 (E, N, K)} x {store dtype, store f32, gate}, the
+// 16-bit kernels' gate that keeps the pre-activation, and the FP8 kernel's gate into e4m3 codes.
 #define MOEX_SM90_INSTANTIATE(T, BN, FP8)                                                    \
     template __global__ void sm90::grouped_gemm_sm90_kernel<T, BN, EpiKind::kStore, FP8>(    \
         const __grid_constant__ Sm90Params);                                                 \
@@ -209,6 +221,14 @@ MOEX_SM90_INSTANTIATE(__half, true, false)
 MOEX_SM90_INSTANTIATE(__nv_bfloat16, false, true)
 MOEX_SM90_INSTANTIATE(__half, false, true)
 #undef MOEX_SM90_INSTANTIATE
+#define MOEX_SM90_INSTANTIATE_SAVE(T, BN)                                                      \
+    template __global__ void sm90::grouped_gemm_sm90_kernel<T, BN, EpiKind::kGateSave, false>( \
+        const __grid_constant__ Sm90Params);
+MOEX_SM90_INSTANTIATE_SAVE(__nv_bfloat16, false)
+MOEX_SM90_INSTANTIATE_SAVE(__nv_bfloat16, true)
+MOEX_SM90_INSTANTIATE_SAVE(__half, false)
+MOEX_SM90_INSTANTIATE_SAVE(__half, true)
+#undef MOEX_SM90_INSTANTIATE_SAVE
 template __global__ void sm90::grouped_gemm_sm90_kernel<__nv_bfloat16, false, EpiKind::kGateE4m3, true>(
     const __grid_constant__ Sm90Params);
 template __global__ void sm90::grouped_gemm_sm90_kernel<__half, false, EpiKind::kGateE4m3, true>(

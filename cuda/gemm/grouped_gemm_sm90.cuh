@@ -37,6 +37,7 @@ struct Sm90Params {
     CUtensorMap map_a;  // A (P, K): box 64 K x 128 rows
     CUtensorMap map_b;  // B (E, N, K): box 64 K x 128 N x 1;  b_n_major (E, K, N): box 64 N x 64 K x 1
     CUtensorMap map_d;  // D (P, N_out): box 128 bytes x 64 rows
+    CUtensorMap map_s;  // kGateSave: save as (P, halves, width) (sm90_epilogue.cuh): box 64 columns x 1 x 64 rows
     EpilogueParams epi;
     const int32_t* m_tile_expert;     // (max_m_tiles,)
     const int32_t* num_m_tiles;       // (1,)
@@ -310,7 +311,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
 #pragma unroll
                     for (int i = 0; i < 128; ++i) acc[i] *= extras.es;
                 }
-                epilogue<T, kEpi>(p.epi, &p.map_d, acc, my_staging, my_bias, buf, th, extras, row0,
+                epilogue<T, kEpi>(p.epi, &p.map_d, &p.map_s, acc, my_staging, my_bias, buf, th, extras, row0,
                                   packed ? row_end : p.epi.P, tile.n);
             }
             start = start_next;

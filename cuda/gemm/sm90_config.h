@@ -30,6 +30,12 @@ inline const char* sm90_why_not(const GroupedGemmArgs& a) {
         if ((a.N / 2) % 128 != 0) return "the gate epilogue into e4m3 codes needs N / 2 (I) a multiple of 128";
         if (!a.d_scales || !is_aligned(a.d_scales, 4)) return "the gate epilogue into e4m3 codes needs d_scales";
     }
+    if (a.epilogue == Epilogue::kGateSave) {
+        if (a.a_fp8 || a.b_scales.format != QuantFormat::kNone)
+            return "the gate epilogue that keeps the pre-activation is built for the 16-bit kernel only";
+        if (!a.save || !is_aligned16(a.save)) return "the gate epilogue that keeps the pre-activation needs save";
+        if (a.expert_scale) return "the gate epilogue that keeps the pre-activation takes no expert scale";
+    }
     if (a.dtype != DType::kBF16 && a.dtype != DType::kF16) return "sm90 kernel takes bf16/f16 inputs only";
     if (a.b_scales.format != QuantFormat::kNone) {
         const WeightScales& s = a.b_scales;

@@ -23,8 +23,11 @@ enum class EpiKind : int32_t {
     kStoreF32 = 1,  // same, written in f32
     kGate = 2,      // D = gate(acc + bias) · row_scale over (gate, up) column pairs, written in the input dtype
     kGateE4m3 = 3,  // kGate's values rounded to the input dtype, then to e4m3 codes with a scale per row and tile
+    kGateSave = 4,  // kGate, and first the pre-activation acc + bias of every column, rounded, into `save`
 };
-inline constexpr bool is_gate_epi(EpiKind k) { return k == EpiKind::kGate || k == EpiKind::kGateE4m3; }
+inline constexpr bool is_gate_epi(EpiKind k) {
+    return k == EpiKind::kGate || k == EpiKind::kGateE4m3 || k == EpiKind::kGateSave;
+}
 
 // One TMA store box: 64 rows x 128 bytes (32 f32 or 64 16-bit values), 128B-swizzled, 1024-aligned.
 inline constexpr uint32_t kStoreBoxBytes = 64 * 128;
@@ -41,6 +44,8 @@ struct EpilogueParams {
     int32_t d_scale_cols;  // N / 2 / 128
     void* D;               // (P, d_row_bytes) the output, for the boxes stored row by row (a multiple of 16 bytes)
     int32_t d_row_bytes;
+    uint8_t* save;           // kGateSave: (P, N) input dtype, for the boxes stored row by row
+    int32_t save_row_bytes;  // N · element size
 };
 
 // Where this thread's accumulators sit: rows r_lo and r_lo + 8 of the warpgroup's 64, column pair 2q, 2q + 1
@@ -137,29 +142,40 @@ __device__ __forceinline__ TileExtras load_tile_extras(const EpilogueParams& ep,
 
 // After writing box `buf`: make the writes visible to the copy engine; the leader waits until the previous box's
 // store has read shared memory (so the next chunk may overwrite that box); one barrier publishes both facts;
-// then the leader stores this box. One barrier per 8 KB box. A box with rows at or past row_lim: every thread copies
-// 16-byte chunks of the rows below it (columns past D's row clipped as TMA clips them); the next barrier of the
-// warpgroup comes after these reads, before the box is written again. kEsz: bytes per element of D (col's unit).
-template <int kEsz>
-__device__ __forceinline__ void store_box(const EpilogueParams& ep, const EpiThread& th, const CUtensorMap* map_d,
-                                          const uint8_t* box, int32_t col, int32_t row, int32_t row_lim) {
+// then the leader stores this box (issue()). One barrier per 8 KB box. A box with rows at or past row_lim: every
+// thread copies 16-byte chunks of the rows below it to base + row · row_bytes + col_bytes (chunks at or past
+// col_bytes_lim clipped as TMA clips them); the next barrier of the warpgroup comes after these reads, before the box
+// is written again.
+template <class Issue>
+__device__ __forceinline__ void store_box_rows(const EpiThread& th, const uint8_t* box, int32_t row, int32_t row_lim,
+                                               Issue&& issue, uint8_t* base, int32_t row_bytes, int32_t col_bytes,
+                                               int32_t col_bytes_lim) {
     fence_proxy_async_smem();
     if (th.leader) bulk_wait_group_read<0>();
     named_barrier_sync(th.bar_id, 128);
     if (row + 64 <= row_lim) {
         if (th.leader) {
-            tma_store_2d(map_d, box, col, row);
+            issue();
             bulk_commit_group();
         }
         return;
     }
-    const int32_t col_bytes = col * kEsz, chunks = (row_lim - row) * 8;
+    const int32_t chunks = (row_lim - row) * 8;
     for (int32_t i = static_cast<int32_t>(th.tid); i < chunks; i += 128) {
         const int32_t r = i / 8, byte = 16 * (i % 8);
-        if (col_bytes + byte >= ep.d_row_bytes) continue;
-        *reinterpret_cast<uint4*>(static_cast<uint8_t*>(ep.D) + int64_t(row + r) * ep.d_row_bytes + col_bytes + byte) =
+        if (col_bytes + byte >= col_bytes_lim) continue;
+        *reinterpret_cast<uint4*>(base + int64_t(row + r) * row_bytes + col_bytes + byte) =
             *reinterpret_cast<const uint4*>(box + swizzled(static_cast<uint32_t>(r), static_cast<uint32_t>(byte)));
     }
+}
+
+// A box of D at (col, row). kEsz: bytes per element of D (col's unit).
+template <int kEsz>
+__device__ __forceinline__ void store_box(const EpilogueParams& ep, const EpiThread& th, const CUtensorMap* map_d,
+                                          const uint8_t* box, int32_t col, int32_t row, int32_t row_lim) {
+    store_box_rows(
+        th, box, row, row_lim, [&] { tma_store_2d(map_d, box, col, row); }, static_cast<uint8_t*>(ep.D), ep.d_row_bytes,
+        col * kEsz, ep.d_row_bytes);
 }
 
 // kStore / kStoreF32: 256 accumulator columns n0 + [0, 256) -> 256 / kCols boxes. bias_s: (256,) tile bias.
@@ -250,14 +266,49 @@ __device__ __forceinline__ void store_e4m3_group(const EpilogueParams& ep, const
     buf ^= 1;
 }
 
+// kGateSave: the tile's 256 accumulator columns + bias, rounded to T, into `save` before the gate reads them, four
+// boxes of 64 columns through map_s, a (P, halves, width) view of save: concatenated, (P, 2, I) with the gate half's
+// 128 columns at (o0 + c, 0) and the up half's at (o0 + c, 1); interleaved, (P, 1, N) with B rows 256 · n_tile + c.
+template <typename T>
+__device__ __forceinline__ void save_preactivation(const EpilogueParams& ep, const CUtensorMap* map_s,
+                                                   const float (&acc)[128], uint8_t* staging, const T* bias_s,
+                                                   uint32_t& buf, const EpiThread& th, int32_t row0, int32_t row_lim,
+                                                   int32_t n_tile) {
+    const bool concat = ep.gate.concatenated;
+    const int32_t width = concat ? ep.n_half : ep.N, first = concat ? n_tile * 128 : n_tile * 256;
+    const bool has_bias = ep.bias != nullptr;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+        const int32_t half = concat ? c / 2 : 0, col0 = first + 64 * (concat ? c % 2 : c);
+        if (col0 >= width) continue;  // uniform over the warpgroup
+        uint8_t* box = staging + buf * kStoreBoxBytes;
+#pragma unroll
+        for (int b = 0; b < 8; ++b) {
+            const int j = 8 * c + b;
+            const int32_t col = 8 * b + 2 * static_cast<int32_t>(th.q);
+            const float2 bv = has_bias ? load_pair(bias_s + 64 * c + col) : make_float2(0.f, 0.f);
+            const uint32_t byte = col * sizeof(T);
+            store_pair<T>(box + swizzled(th.r_lo, byte), acc[4 * j] + bv.x, acc[4 * j + 1] + bv.y);
+            store_pair<T>(box + swizzled(th.r_lo + 8, byte), acc[4 * j + 2] + bv.x, acc[4 * j + 3] + bv.y);
+        }
+        constexpr int32_t kEsz = sizeof(T);
+        store_box_rows(
+            th, box, row0, row_lim, [&] { tma_store_3d(map_s, box, col0, half, row0); },
+            ep.save + int64_t(half) * width * kEsz, ep.save_row_bytes, col0 * kEsz, width * kEsz);
+        buf ^= 1;
+    }
+}
+
 // kGate: 128 output columns o0 + [0, 128) -> two boxes of 64 (kCodes: e4m3 codes in one box, store_e4m3_group).
 // Concatenated: the CTA's B tile holds gate rows [o0, o0 + 128) then up rows [I + o0, I + o0 + 128), so output column c
 // pairs accumulator columns c and c + 128 (column blocks j and j + 16). Interleaved: accumulator columns 2c, 2c + 1 are
 // (gate, up) of output column c.
-template <typename T, GateKind kKind, Activation kAct, bool kCodes>
-__device__ __forceinline__ void epilogue_gate(const EpilogueParams& ep, const CUtensorMap* map_d, float (&acc)[128],
-                                              uint8_t* staging, const T* bias_s, uint32_t& buf, const EpiThread& th,
-                                              const TileExtras& x, int32_t row0, int32_t row_lim, int32_t n_tile) {
+template <typename T, GateKind kKind, Activation kAct, bool kCodes, bool kSave>
+__device__ __forceinline__ void epilogue_gate(const EpilogueParams& ep, const CUtensorMap* map_d,
+                                              const CUtensorMap* map_s, float (&acc)[128], uint8_t* staging,
+                                              const T* bias_s, uint32_t& buf, const EpiThread& th, const TileExtras& x,
+                                              int32_t row0, int32_t row_lim, int32_t n_tile) {
+    if constexpr (kSave) save_preactivation<T>(ep, map_s, acc, staging, bias_s, buf, th, row0, row_lim, n_tile);
     const int32_t o0 = n_tile * 128;
     const bool has_bias = ep.bias != nullptr;
     const float al = ep.gate.alpha, li = ep.gate.limit, s_lo = x.s_lo, s_hi = x.s_hi;
@@ -336,11 +387,12 @@ __device__ __forceinline__ void epilogue_gate(const EpilogueParams& ep, const CU
 }
 
 // Writes one warpgroup's 64 rows (row0 = first row; those at or past row_lim not) of the tile. `staging`: this
-// warpgroup's two boxes; `bias_s`: its 256-entry bias slot, filled here from x.bias2.
+// warpgroup's two boxes; `bias_s`: its 256-entry bias slot, filled here from x.bias2; map_s: kGateSave's view of save.
 template <typename T, EpiKind kEpi>
-__device__ __forceinline__ void epilogue(const EpilogueParams& ep, const CUtensorMap* map_d, float (&acc)[128],
-                                         uint8_t* staging, T* bias_s, uint32_t& buf, const EpiThread& th,
-                                         const TileExtras& x, int32_t row0, int32_t row_lim, int32_t n_tile) {
+__device__ __forceinline__ void epilogue(const EpilogueParams& ep, const CUtensorMap* map_d, const CUtensorMap* map_s,
+                                         float (&acc)[128], uint8_t* staging, T* bias_s, uint32_t& buf,
+                                         const EpiThread& th, const TileExtras& x, int32_t row0, int32_t row_lim,
+                                         int32_t n_tile) {
     if (ep.bias != nullptr) {  // publish the tile's bias; the previous tile read its slot before its last barrier
         reinterpret_cast<uint32_t*>(bias_s)[th.tid] = x.bias2;
         named_barrier_sync(th.bar_id, 128);
@@ -350,29 +402,21 @@ __device__ __forceinline__ void epilogue(const EpilogueParams& ep, const CUtenso
     } else if constexpr (kEpi == EpiKind::kStoreF32) {
         epilogue_store<T, float>(ep, map_d, acc, staging, bias_s, buf, th, x, row0, row_lim, n_tile);
     } else {
-        constexpr bool kCodes = kEpi == EpiKind::kGateE4m3;
-        if (ep.gate.kind == GateKind::kGptOss) {
-            epilogue_gate<T, GateKind::kGptOss, Activation::kSilu, kCodes>(ep, map_d, acc, staging, bias_s, buf, th, x,
-                                                                           row0, row_lim, n_tile);
-            return;
-        }
+        constexpr bool kCodes = kEpi == EpiKind::kGateE4m3, kSave = kEpi == EpiKind::kGateSave;
+        auto gate = [&](auto kind, auto act) {
+            epilogue_gate<T, decltype(kind)::value, decltype(act)::value, kCodes, kSave>(
+                ep, map_d, map_s, acc, staging, bias_s, buf, th, x, row0, row_lim, n_tile);
+        };
+        using Kind = GateKind;
+        using Act = Activation;
+        if (ep.gate.kind == Kind::kGptOss)
+            return gate(std::integral_constant<Kind, Kind::kGptOss>{}, std::integral_constant<Act, Act::kSilu>{});
+        constexpr std::integral_constant<Kind, Kind::kDefault> kDefault{};
         switch (ep.gate.activation) {
-            case Activation::kSilu:
-                epilogue_gate<T, GateKind::kDefault, Activation::kSilu, kCodes>(ep, map_d, acc, staging, bias_s, buf,
-                                                                                th, x, row0, row_lim, n_tile);
-                break;
-            case Activation::kGelu:
-                epilogue_gate<T, GateKind::kDefault, Activation::kGelu, kCodes>(ep, map_d, acc, staging, bias_s, buf,
-                                                                                th, x, row0, row_lim, n_tile);
-                break;
-            case Activation::kGeluTanh:
-                epilogue_gate<T, GateKind::kDefault, Activation::kGeluTanh, kCodes>(ep, map_d, acc, staging, bias_s,
-                                                                                    buf, th, x, row0, row_lim, n_tile);
-                break;
-            case Activation::kRelu:
-                epilogue_gate<T, GateKind::kDefault, Activation::kRelu, kCodes>(ep, map_d, acc, staging, bias_s, buf,
-                                                                                th, x, row0, row_lim, n_tile);
-                break;
+            case Act::kSilu: return gate(kDefault, std::integral_constant<Act, Act::kSilu>{});
+            case Act::kGelu: return gate(kDefault, std::integral_constant<Act, Act::kGelu>{});
+            case Act::kGeluTanh: return gate(kDefault, std::integral_constant<Act, Act::kGeluTanh>{});
+            case Act::kRelu: return gate(kDefault, std::integral_constant<Act, Act::kRelu>{});
         }
     }
 }

@@ -19,6 +19,9 @@ struct RunOptions {
     // Debug: after the call, a NaN or infinity in the output is traced to its row, expert and stage and raised as
     // Error(kNonFinite) (also on with MOEX_CHECK_FINITE=1). It synchronizes the host: not under CUDA-graph capture.
     bool check_finite = false;
+    // Training: run() keeps its gate/up pre-activation there (moex/backward.h; where save_refusal() allows it, else
+    // run() raises Error(kUnsupported) with the reason); backward() reads what the forward kept. nullptr: neither.
+    const ExpertsSaved* saved = nullptr;
 };
 
 class Backend {
@@ -48,9 +51,13 @@ class Backend {
     // the problem's device; the CPU eager, batched_mm and grouped_mm share experts_backward.
     virtual void backward(const ExpertsProblem& problem, const TensorView& grad_out, const ExpertsGrads& grads,
                           const RunOptions& options) const;
+    // Why run() cannot keep ExpertsSaved for this problem (nullopt: it can). Looks at shapes, dtypes and flags only,
+    // never at tensor memory. The default: the backend keeps nothing.
+    virtual std::optional<std::string> save_refusal(const ExpertsProblem& problem) const;
 
-    // What every run() does first: the problem and `out` validated, then why_not() raised as Error(kUnsupported).
-    void check_runnable(const ExpertsProblem& problem, const TensorView& out) const;
+    // What every run() does first: the problem and `out` validated, then why_not() raised as Error(kUnsupported);
+    // with options.saved, save_refusal() raised the same way and the views validated.
+    void check_runnable(const ExpertsProblem& problem, const TensorView& out, const RunOptions& options = {}) const;
 };
 
 class ExpertsInterface {

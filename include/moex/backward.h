@@ -1,6 +1,6 @@
 // The experts call's backward: given the forward's inputs (an ExpertsProblem) and grad_out (T, H), the gradients of
-// hidden_states, the routing weights, both projections and their biases. Nothing from the forward is kept: gate/up
-// and h are recomputed from X, the routing and the weights, so a training step holds no (S, H) expert outputs.
+// hidden_states, the routing weights, both projections and their biases. No (S, H) expert output is ever kept: h is
+// recomputed, and so is the gate/up projection unless the forward kept it (ExpertsSaved, S = T·k rows of N values).
 #pragma once
 
 #include "moex/experts.h"
@@ -19,6 +19,19 @@ struct ExpertsGrads {
     TensorView down_bias;      // (E, H), only when the problem has one
 };
 
+// What a training forward may keep so that its backward skips the gate/up projection: A = x·Wuᵀ + bu of every routed
+// row, rounded to the activation dtype (transformers' autograd keeps the same bf16 gate_up output), in the forward's
+// row order, and each slot's row: what SonicMoE keeps besides x and the routing. Both views or neither, contiguous, on
+// the problem's device. A backend writes them in run() (RunOptions::saved, where save_refusal says it can) and reads
+// them in backward(); the backward's results are the same bits either way.
+struct ExpertsSaved {
+    TensorView gate_up;   // (T·k, N) dtype of hidden_states; N = 2I gated
+    TensorView slot_row;  // (T·k,) int32: the row of gate_up holding slot t·k + j; -1 for a sentinel id
+};
+
+// Errors name the view and what is wrong (shape, dtype, device, contiguity).
+void validate_saved(const ExpertsProblem& problem, const ExpertsSaved& saved);
+
 // Validates the problem, grad_out and the gradient views (errors name the tensor and what is wrong); quantized
 // weights are refused by format name, as FP8 / FP4 codes have no gradient.
 void validate_backward(const ExpertsProblem& problem, const TensorView& grad_out, const ExpertsGrads& grads);
@@ -28,7 +41,8 @@ void validate_backward(const ExpertsProblem& problem, const TensorView& grad_out
 // on the CPU and by batched_mm and grouped_mm on CUDA. Deterministic: on the CPU the same bits for any thread count
 // (num_threads, 0 = all), on CUDA the same bits on every run (no float atomics; ordered on cuda_stream, nullptr = the
 // default stream, without synchronising the host; CUDA tensors on the current device).
+// saved: what the forward kept (nullptr: recompute; the CPU backward always recomputes).
 void experts_backward(const ExpertsProblem& problem, const TensorView& grad_out, const ExpertsGrads& grads,
-                      int num_threads = 0, void* cuda_stream = nullptr);
+                      int num_threads = 0, void* cuda_stream = nullptr, const ExpertsSaved* saved = nullptr);
 
 }  // namespace moex

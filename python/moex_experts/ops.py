@@ -8,15 +8,19 @@ since its PR #47933: ``hidden_states`` is cast to the weights' dtype for the cal
 (FP8, FP4 codes) leave the activations in their own dtype (bf16, f16 or f32; any other becomes f32).
 
 Training: the op's registered autograd calls a second custom op, ``moex::experts_backward`` (with a fake
-implementation, so torch.compile traces forward and backward without graph breaks), which recomputes gate/up and h
+implementation, so torch.compile traces forward and backward without graph breaks), which recomputes h (and gate/up)
 from the saved inputs (x, routing, weights; no (S, H) expert outputs are kept) and returns the gradients of
-hidden_states, top_k_weights, both projections and their biases. The CPU eager, batched_mm and grouped_mm share one
+hidden_states, top_k_weights, both projections and their biases. Where the backend's CUDA forward can keep its gate/up
+pre-activation ((T*k, N) values in the activation dtype, what transformers' autograd and SonicMoE keep too;
+``_moex.saves_for_backward``), training calls ``moex::experts_saving`` instead, whose backward reads it rather than
+recomputing the up projection (MOEX_SAVE=0: keep nothing). The CPU eager, batched_mm and grouped_mm share one
 deterministic backward, and so do batched_mm and grouped_mm on CUDA (on torch's current stream, no host sync;
 BACKENDS_WITH_BACKWARD and the per-device lists come from the registry); a backward on a device or backend without
 one (eager on CUDA) or through quantized weights raises ``NotImplementedError`` naming the backends that have one.
 """
 
-from typing import List, Optional
+import os
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -130,22 +134,23 @@ def experts_backward_op(grad_out: torch.Tensor, hidden_states: torch.Tensor, top
                         top_k_weights: torch.Tensor, gate_up_proj: torch.Tensor, down_proj: torch.Tensor,
                         gate_up_bias: Optional[torch.Tensor], down_bias: Optional[torch.Tensor], backend: str,
                         has_gate: bool, is_transposed: bool, is_concatenated: bool, activation: str, gate: str,
-                        swiglu_alpha: float, swiglu_limit: float) -> List[torch.Tensor]:
+                        swiglu_alpha: float, swiglu_limit: float, saved_gate_up: Optional[torch.Tensor] = None,
+                        saved_slot_row: Optional[torch.Tensor] = None) -> List[torch.Tensor]:
     """The gradients of moex::experts for grad_out (T, H): [hidden_states, top_k_weights, gate_up_proj, down_proj,
-    gate_up_bias, down_bias], each in its input's shape and dtype ((0,) for an absent bias). Nothing of the forward is
-    kept: the backward recomputes gate/up and h from the inputs."""
+    gate_up_bias, down_bias], each in its input's shape and dtype ((0,) for an absent bias). h is recomputed from the
+    inputs, and so is gate/up unless saved_gate_up / saved_slot_row hold what moex::experts_saving kept."""
+    layout = (has_gate, is_transposed, is_concatenated, activation, gate, swiglu_alpha, swiglu_limit)
+    saved = (saved_gate_up, saved_slot_row)
     if hidden_states.is_cuda and hidden_states.device.index != torch.cuda.current_device():
         with torch.cuda.device(hidden_states.device):
             return _run_backward(grad_out, hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj,
-                                 gate_up_bias, down_bias, backend, has_gate, is_transposed, is_concatenated,
-                                 activation, gate, swiglu_alpha, swiglu_limit)
+                                 gate_up_bias, down_bias, backend, layout, saved)
     return _run_backward(grad_out, hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, gate_up_bias,
-                         down_bias, backend, has_gate, is_transposed, is_concatenated, activation, gate, swiglu_alpha,
-                         swiglu_limit)
+                         down_bias, backend, layout, saved)
 
 
 def _run_backward(grad_out, hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, gate_up_bias,
-                  down_bias, backend, *layout) -> List[torch.Tensor]:
+                  down_bias, backend, layout, saved) -> List[torch.Tensor]:
     grads = [torch.empty_like(t, memory_format=torch.contiguous_format)
              for t in (hidden_states, top_k_weights, gate_up_proj, down_proj)]
     bias_grads = [torch.empty_like(b, memory_format=torch.contiguous_format) if b is not None
@@ -159,19 +164,20 @@ def _run_backward(grad_out, hidden_states, top_k_index, top_k_weights, gate_up_p
     _moex.experts_backward(backend, _to_dlpack(hidden_states), _to_dlpack(top_k_index), _to_dlpack(top_k_weights),
                            _to_dlpack(gate_up_proj), _to_dlpack(down_proj), ub, db, _to_dlpack(grad_out.contiguous()),
                            _to_dlpack(grads[0]), _to_dlpack(grads[1]), _to_dlpack(grads[2]), _to_dlpack(grads[3]), gub,
-                           gdb, *layout, 0, stream)
+                           gdb, *layout, 0, stream, _dlpack(saved[0]), _dlpack(saved[1]))
     return grads
 
 
 @experts_backward_op.register_fake
-def _(grad_out, hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, gate_up_bias, down_bias, *args):
+def _(grad_out, hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, gate_up_bias, down_bias, *args,
+      **kwargs):
     grads = [torch.empty_like(t, memory_format=torch.contiguous_format)
              for t in (hidden_states, top_k_weights, gate_up_proj, down_proj)]
     return grads + [torch.empty_like(b, memory_format=torch.contiguous_format) if b is not None
                     else hidden_states.new_empty((0,)) for b in (gate_up_bias, down_bias)]
 
 
-def _backward(ctx, grad):
+def _backward(ctx, grad, *saved_grads):
     device = ctx.device
     if ctx.quant != "none":
         raise NotImplementedError(f"moex has no backward pass yet through quantized ({ctx.quant}) expert weights: "
@@ -180,11 +186,13 @@ def _backward(ctx, grad):
         raise NotImplementedError(f"moex backend `{ctx.backend}` has no backward pass on {device} yet; backends with "
                                   f"one there: {_backward_names(device)} (on cpu: {_backward_names('cpu')}; or train "
                                   "with transformers' own grouped_mm)")
-    x, ids, w, gate_up, down, gate_up_bias, down_bias = ctx.saved_tensors
+    x, ids, w, gate_up, down, gate_up_bias, down_bias, *kept = ctx.saved_tensors
+    saved_gate_up, saved_slot_row = kept if kept else (None, None)
     dx, dw, dup, ddown, dub, ddb = experts_backward_op(grad, x, ids, w, gate_up, down, gate_up_bias, down_bias,
-                                                       ctx.backend, *ctx.layout)
+                                                       ctx.backend, *ctx.layout, saved_gate_up=saved_gate_up,
+                                                       saved_slot_row=saved_slot_row)
     return (dx, None, dw, dup, ddown, dub if gate_up_bias is not None else None,
-            ddb if down_bias is not None else None) + (None,) * 18
+            ddb if down_bias is not None else None) + (None,) * (ctx.n_inputs - 7)
 
 
 def _setup_context(ctx, inputs, output):
@@ -192,10 +200,82 @@ def _setup_context(ctx, inputs, output):
     ctx.layout = tuple(inputs[8:15])
     ctx.quant = inputs[15] if len(inputs) > 15 else "none"
     ctx.device = inputs[0].device.type
-    ctx.save_for_backward(*inputs[:7])
+    ctx.n_inputs = len(inputs)
+    if isinstance(output, tuple):  # moex::experts_saving: (out, saved_gate_up, saved_slot_row)
+        ctx.mark_non_differentiable(output[1], output[2])
+        ctx.save_for_backward(*inputs[:7], output[1], output[2])
+    else:
+        ctx.save_for_backward(*inputs[:7])
 
 
 torch.library.register_autograd("moex::experts", _backward, setup_context=_setup_context)
+
+
+def _saving_outputs(x, ids, gate_up, layout):
+    """The output (T, H) and the kept state's buffers: gate/up pre-activation (T*k, N) in x's dtype, rows (T*k,)."""
+    has_gate, is_transposed = layout[0], layout[1]
+    n = gate_up.shape[2] if is_transposed else gate_up.shape[1]
+    s = x.shape[0] * ids.shape[1]
+    return (x.new_empty((x.shape[0], x.shape[1])), x.new_empty((s, n)),
+            torch.empty((s,), dtype=torch.int32, device=x.device))
+
+
+@torch.library.custom_op("moex::experts_saving", mutates_args=())
+def experts_saving_op(hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
+                      gate_up_proj: torch.Tensor, down_proj: torch.Tensor, gate_up_bias: Optional[torch.Tensor],
+                      down_bias: Optional[torch.Tensor], backend: str, has_gate: bool, is_transposed: bool,
+                      is_concatenated: bool, activation: str, gate: str, swiglu_alpha: float,
+                      swiglu_limit: float) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """moex::experts for training where the backend keeps its gate/up pre-activation (_moex.saves_for_backward):
+    (out (T, H), saved_gate_up (T*k, N) in hidden_states' dtype, saved_slot_row (T*k,) int32); the registered backward
+    reads the last two instead of recomputing the up projection."""
+    layout = (has_gate, is_transposed, is_concatenated, activation, gate, swiglu_alpha, swiglu_limit)
+    x = hidden_states
+    with torch.cuda.device(x.device):
+        out, kept, rows = _saving_outputs(x, top_k_index, gate_up_proj, layout)
+        if x.shape[0] > 0:
+            _moex.experts_saving(backend, _to_dlpack(x), _to_dlpack(top_k_index), _to_dlpack(top_k_weights),
+                                 _to_dlpack(gate_up_proj), _to_dlpack(down_proj), _dlpack(gate_up_bias),
+                                 _dlpack(down_bias), _to_dlpack(out), _to_dlpack(kept), _to_dlpack(rows), *layout,
+                                 _cuda_stream(x))
+    return out, kept, rows
+
+
+@experts_saving_op.register_fake
+def _(hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, gate_up_bias, down_bias, backend, has_gate,
+      is_transposed, *layout):
+    return _saving_outputs(hidden_states, top_k_index, gate_up_proj, (has_gate, is_transposed))
+
+
+torch.library.register_autograd("moex::experts_saving", _backward, setup_context=_setup_context)
+
+
+def _saves(backend, x, ids, w, gate_up, gate_up_bias, down_bias, layout) -> bool:
+    """Whether training this call keeps the backend's gate/up pre-activation (the C++ decision, from shapes only)."""
+    if not x.is_cuda or os.environ.get("MOEX_SAVE", "1") == "0":
+        return False
+    T = x.shape[0]
+    if not isinstance(T, int):  # a symbolic T (torch.compile's dynamic shapes): the check does not depend on it
+        if backend == "auto":   # below 2^30 / k rows, but "auto" picks by it
+            return False
+        T = 4096
+    has_gate, is_transposed = layout[0], layout[1]
+    n = int(gate_up.shape[2] if is_transposed else gate_up.shape[1])
+    key = (backend, T, int(x.shape[1]), n, int(gate_up.shape[0]), int(ids.shape[1]), x.dtype, w.dtype, gate_up.dtype,
+           ids.dtype, gate_up_bias is not None, down_bias is not None, layout, x.device.index)
+    why = _SAVE_REFUSALS.get(key, False)
+    if why is False:
+        name = lambda d: str(d).replace("torch.", "")
+        why = _moex.saves_for_backward(backend, T, key[2], n // 2 if has_gate else n, key[4], key[5], name(x.dtype),
+                                       name(w.dtype), ids.dtype == torch.int64, key[10], key[11], *layout,
+                                       device_index=x.device.index if x.device.index is not None else 0)
+        if gate_up.dtype != x.dtype:
+            why = why or "the weights are not in the activation dtype"
+        _SAVE_REFUSALS[key] = why
+    return why is None
+
+
+_SAVE_REFUSALS = {}
 
 
 def _quant_format(weight: torch.Tensor, scale_inv: Optional[torch.Tensor]) -> str:
@@ -269,8 +349,12 @@ def call(backend, hidden_states, top_k_index, top_k_weights, gate_up_proj, down_
             t is not None and t.requires_grad for t in (x, w, gate_up_proj, down_proj, gate_up_bias, down_bias,
                                                         *quant[4:]))):
         # The custom op: one node for torch.compile, and a backward that says it is missing.
-        out = experts_op(x, top_k_index, w, gate_up_proj, down_proj, gate_up_bias, down_bias, backend, *layout,
-                         *quant)
+        if quant[0] == "none" and _saves(backend, x, top_k_index, w, gate_up_proj, gate_up_bias, down_bias, layout):
+            out = experts_saving_op(x, top_k_index, w, gate_up_proj, down_proj, gate_up_bias, down_bias, backend,
+                                    *layout)[0]
+        else:
+            out = experts_op(x, top_k_index, w, gate_up_proj, down_proj, gate_up_bias, down_bias, backend, *layout,
+                             *quant)
     else:  # eager inference: the same call without the op dispatcher's cost (~100 µs on a slow core)
         out = _run(backend, x, top_k_index, w, gate_up_proj, down_proj, gate_up_bias, down_bias, layout, quant)
     return out if out.dtype is dtype else out.to(dtype)

@@ -91,6 +91,12 @@ cuda::ExpertsArgs experts_args(const ExpertsProblem& p, void* out) {
     };
 }
 
+// The forward's kept state (validated by the caller) as the kernels take it.
+void keep(cuda::ExpertsArgs& a, const ExpertsSaved& s) {
+    a.saved_gate_up = s.gate_up.data;
+    a.saved_slot_row = static_cast<int32_t*>(s.slot_row.data);
+}
+
 }  // namespace
 
 void run_cuda(const ExpertsProblem& p, const TensorView& out, cuda::Algo algo, const RunOptions& options) {
@@ -99,13 +105,18 @@ void run_cuda(const ExpertsProblem& p, const TensorView& out, cuda::Algo algo, c
                      "the CUDA eager pipeline takes no quantized experts (use batched_mm or grouped_mm)");
         if (auto why = cuda_quant_refusal(p)) fail(ErrorCode::kUnsupported, *why);
     }
-    cuda::run_experts(experts_args(p, out.data), algo, options.cuda_stream);
+    cuda::ExpertsArgs args = experts_args(p, out.data);
+    if (options.saved) keep(args, *options.saved);
+    cuda::run_experts(args, algo, options.cuda_stream);
 }
 
-void run_cuda_backward(const ExpertsProblem& p, const TensorView& grad_out, const ExpertsGrads& g, void* stream) {
+void run_cuda_backward(const ExpertsProblem& p, const TensorView& grad_out, const ExpertsGrads& g, void* stream,
+                       const ExpertsSaved* saved) {
     if (auto why = cuda_unavailable()) fail(ErrorCode::kUnsupported, "experts backward on cuda: " + *why);
     const auto data = [](const TensorView& t) { return t.defined() ? t.data : nullptr; };
-    const cuda::ExpertsBackwardArgs args{.fwd = experts_args(p, nullptr),
+    cuda::ExpertsArgs fwd = experts_args(p, nullptr);
+    if (saved) keep(fwd, *saved);
+    const cuda::ExpertsBackwardArgs args{.fwd = fwd,
                                          .grad_out = grad_out.data,
                                          .grad_hidden = data(g.hidden_states),
                                          .grad_weights = data(g.top_k_weights),
@@ -114,6 +125,15 @@ void run_cuda_backward(const ExpertsProblem& p, const TensorView& grad_out, cons
                                          .grad_gate_up_bias = data(g.gate_up_bias),
                                          .grad_down_bias = data(g.down_bias)};
     cuda::run_experts_backward(args, stream);
+}
+
+std::optional<std::string> cuda_save_refusal(const ExpertsProblem& p, cuda::Algo algo) {
+    if (p.device() != Device::kCUDA) return std::string("the tensors are not on a CUDA device");
+    if (algo != cuda::Algo::kGrouped) return std::string("only grouped_mm's pipeline keeps the pre-activation");
+    if (auto why = cuda_unavailable()) return why;
+    if (p.quant.enabled()) return std::string("quantized weights have no backward");
+    if (const char* why = cuda::backward_save_why_not(experts_args(p, nullptr))) return std::string(why);
+    return std::nullopt;
 }
 
 std::optional<std::string> cuda_unavailable() {
@@ -128,8 +148,12 @@ void run_cuda(const ExpertsProblem&, const TensorView&, cuda::Algo, const RunOpt
     fail(ErrorCode::kUnsupported, "this build of moex has no CUDA support");
 }
 
-void run_cuda_backward(const ExpertsProblem&, const TensorView&, const ExpertsGrads&, void*) {
+void run_cuda_backward(const ExpertsProblem&, const TensorView&, const ExpertsGrads&, void*, const ExpertsSaved*) {
     fail(ErrorCode::kUnsupported, "experts backward on cuda: this build of moex has no CUDA support");
+}
+
+std::optional<std::string> cuda_save_refusal(const ExpertsProblem&, cuda::Algo) {
+    return std::string("this build of moex has no CUDA support");
 }
 
 std::optional<std::string> cuda_unavailable() {

@@ -15,7 +15,12 @@ void run_cuda(const ExpertsProblem& p, const TensorView& out, cuda::Algo algo, c
 
 // The shared CUDA backward of batched_mm and grouped_mm (moex/backward.h) on `stream`; the caller validated the
 // call (validate_backward). Raises Error(kUnsupported) without CUDA in the build or a usable device.
-void run_cuda_backward(const ExpertsProblem& p, const TensorView& grad_out, const ExpertsGrads& grads, void* stream);
+// saved: what the forward kept (validated by the caller), or nullptr.
+void run_cuda_backward(const ExpertsProblem& p, const TensorView& grad_out, const ExpertsGrads& grads, void* stream,
+                       const ExpertsSaved* saved);
+
+// Why CUDA algorithm `algo` cannot keep ExpertsSaved for this problem (nullopt: it can, and the backward reads it).
+std::optional<std::string> cuda_save_refusal(const ExpertsProblem& p, cuda::Algo algo);
 
 // Why the CUDA pipelines cannot run this quantized problem (block sizes that are not powers of two, or under 32
 // along K); nullopt = they can. Pure host logic, in every build.

@@ -49,7 +49,7 @@ class PortableBackend final : public Backend {
         return std::nullopt;
     }
     void run(const ExpertsProblem& p, const TensorView& out, const RunOptions& options) const override {
-        check_runnable(p, out);
+        check_runnable(p, out, options);
         if (p.T() == 0) return;
         if (p.device() == Device::kCUDA) {
             run_cuda(p, out, cuda_, options);
@@ -65,7 +65,12 @@ class PortableBackend final : public Backend {
     void backward(const ExpertsProblem& p, const TensorView& grad_out, const ExpertsGrads& grads,
                   const RunOptions& options) const override {
         if (!has_backward(p.device())) return Backend::backward(p, grad_out, grads, options);
-        experts_backward(p, grad_out, grads, options.num_threads, options.cuda_stream);
+        experts_backward(p, grad_out, grads, options.num_threads, options.cuda_stream, options.saved);
+    }
+    // grouped_mm on CUDA keeps its gate/up pre-activation for the tensor-core backward; the CPU backward recomputes.
+    std::optional<std::string> save_refusal(const ExpertsProblem& p) const override {
+        if (p.device() != Device::kCUDA || !cuda_backward_) return Backend::save_refusal(p);
+        return cuda_save_refusal(p, cuda_);
     }
 
    private:
@@ -105,7 +110,7 @@ class CudaRestriction final : public Backend {
         return refusal_(p);
     }
     void run(const ExpertsProblem& p, const TensorView& out, const RunOptions& options) const override {
-        check_runnable(p, out);
+        check_runnable(p, out, options);
         if (p.T() == 0) return;
         run_cuda(p, out, cuda_, options);
         core::check_finite(p, out, options, name_);
@@ -115,7 +120,12 @@ class CudaRestriction final : public Backend {
                   const RunOptions& options) const override {
         if (!has_backward(p.device())) return Backend::backward(p, grad_out, grads, options);
         if (auto why = why_not(p)) fail(ErrorCode::kUnsupported, std::string(name_) + " backward: " + *why);
-        experts_backward(p, grad_out, grads, options.num_threads, options.cuda_stream);
+        experts_backward(p, grad_out, grads, options.num_threads, options.cuda_stream, options.saved);
+    }
+    std::optional<std::string> save_refusal(const ExpertsProblem& p) const override {
+        if (!with_backward_) return Backend::save_refusal(p);
+        if (auto why = why_not(p)) return why;
+        return cuda_save_refusal(p, cuda_);
     }
 
    private:

@@ -71,7 +71,9 @@ std::string ExpertsInterface::valid_names_text() const {
 
 void ExpertsInterface::run(std::string_view name, const ExpertsProblem& problem, const TensorView& out,
                            const RunOptions& options) const {
-    get(name).run(problem, out, options);
+    const Backend& b = get(name);
+    if (options.saved) b.check_runnable(problem, out, options);  // a backend's own run() may not look at saved
+    b.run(problem, out, options);
 }
 
 void ExpertsInterface::backward(std::string_view name, const ExpertsProblem& problem, const TensorView& grad_out,
@@ -93,10 +95,20 @@ void Backend::backward(const ExpertsProblem& problem, const TensorView&, const E
              "; backends with one there: " + ExpertsInterface::global().backward_names_text(d));
 }
 
-void Backend::check_runnable(const ExpertsProblem& problem, const TensorView& out) const {
+void Backend::check_runnable(const ExpertsProblem& problem, const TensorView& out, const RunOptions& options) const {
     problem.validate();
     problem.validate_output(out);
     if (auto why = why_not(problem)) fail(ErrorCode::kUnsupported, *why);
+    if (options.saved == nullptr) return;
+    if (auto why = save_refusal(problem))
+        fail(ErrorCode::kUnsupported,
+             "experts backend `" + std::string(name()) + "` cannot keep the forward's activations here: " + *why);
+    validate_saved(problem, *options.saved);
+}
+
+std::optional<std::string> Backend::save_refusal(const ExpertsProblem& problem) const {
+    return std::string(name()) + " keeps nothing for its backward on " + std::string(device_name(problem.device())) +
+           " (the backward recomputes)";
 }
 
 std::optional<std::string> Backend::unavailable(Device device) const {

@@ -67,12 +67,33 @@ void validate_backward(const ExpertsProblem& p, const TensorView& grad_out, cons
     }
 }
 
+void validate_saved(const ExpertsProblem& p, const ExpertsSaved& s) {
+    const int64_t S = p.T() * p.k(), N = p.up_width();
+    const auto check = [&](const TensorView& v, const char* name, DType dtype, int ndim, int64_t cols) {
+        const std::string want = ndim == 2 ? "(T*k, N) = (" + std::to_string(S) + ", " + std::to_string(N) + ")"
+                                           : "(T*k,) = (" + std::to_string(S) + ",)";
+        if (!v.defined()) bad(std::string("saved ") + name + " is missing (the two saved views come together)");
+        if (v.ndim != ndim || v.shape[0] != S || (ndim == 2 && v.shape[1] != cols))
+            bad(std::string("saved ") + name + " has shape " + v.shape_string() + ", expected " + want);
+        if (v.dtype != dtype)
+            bad(std::string("saved ") + name + " has dtype " + std::string(dtype_name(v.dtype)) + ", expected " +
+                std::string(dtype_name(dtype)));
+        if (v.device != p.device() || v.device_index != p.hidden_states.device_index)
+            bad(std::string("saved ") + name + " is not on hidden_states' device");
+        if (v.numel() > 0 && (!v.is_contiguous() || v.data == nullptr))
+            bad(std::string("saved ") + name + " must be contiguous (row-major) with data");
+    };
+    check(s.gate_up, "gate_up", p.dtype(), 2, N);
+    check(s.slot_row, "slot_row", DType::kI32, 1, 0);
+}
+
 void experts_backward(const ExpertsProblem& p, const TensorView& grad_out, const ExpertsGrads& grads, int num_threads,
-                      void* cuda_stream) {
+                      void* cuda_stream, const ExpertsSaved* saved) {
     validate_backward(p, grad_out, grads);
+    if (saved) validate_saved(p, *saved);
     switch (p.device()) {
         case Device::kCPU: return cpu::run_backward(p, grad_out, grads, num_threads);
-        case Device::kCUDA: return backends::run_cuda_backward(p, grad_out, grads, cuda_stream);
+        case Device::kCUDA: return backends::run_cuda_backward(p, grad_out, grads, cuda_stream, saved);
     }
     fail(ErrorCode::kUnsupported, "experts backward on " + std::string(device_name(p.device())) +
                                       " tensors: backends with a backward on cpu: " +

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import moex_experts
+from moex_experts import _moex
 import moex_experts.ops as ops
 from reference import experts_reference
 from conftest import cuda_ready
@@ -132,6 +133,57 @@ def test_a_backend_without_backward_says_which_have_one(gen):
     with pytest.raises(NotImplementedError, match="`py_no_backward` has no backward pass on cpu yet; backends with "
                                                   "one there: eager, batched_mm, grouped_mm"):
         out.sum().backward()
+
+
+@needs_cuda
+@pytest.mark.parametrize("layout", range(len(LAYOUTS)))
+def test_cuda_training_keeps_the_preactivation_and_gives_the_recomputed_bits(layout, gen, monkeypatch):
+    """Where grouped_mm's CUDA forward keeps its gate/up pre-activation (moex::experts_saving; bf16 on Hopper), the
+    gradients are the bits of the backward that recomputes it (MOEX_SAVE=0), eager and under torch.compile."""
+    spec = dict(LAYOUTS[layout])
+    bias = spec.pop("bias", False)
+    args, flags = make_problem(300, 64, 48, 6, 3, torch.bfloat16, "cuda", gen, bias=bias, **spec)
+    x, ids, w, up, down, ub, db = args
+    ids[0, 1] = 6
+    layout_flags = (flags.get("has_gate", True), flags.get("is_transposed", False),
+                    flags.get("is_concatenated", True), flags.get("activation", "silu"), flags.get("gate", "default"),
+                    float(flags.get("swiglu_alpha", 1.702)), float(flags.get("swiglu_limit", 7.0)))
+    if not moex_experts.ops._saves("grouped_mm", x, ids, w, up, ub, db, layout_flags):
+        pytest.skip("grouped_mm keeps nothing for this call here (" + str(_moex.saves_for_backward(
+            "grouped_mm", 300, 64, 48, 6, 3, "bfloat16", str(w.dtype)[6:], False, ub is not None, db is not None,
+            *layout_flags)) + ")")
+
+    def step(x, w, up, down, ub, db):
+        out = moex_experts.experts(x, ids, w, up, down, ub, db, backend="grouped_mm", **flags)
+        return (out.float() * out.float()).sum()
+
+    def grads(fn):
+        leaves = [None if t is None else t.detach().clone().requires_grad_(True) for t in (x, w, up, down, ub, db)]
+        fn(*leaves).backward()
+        return [None if leaf is None else leaf.grad for leaf in leaves]
+
+    kept = grads(step)
+    monkeypatch.setenv("MOEX_SAVE", "0")
+    recomputed = grads(step)
+    monkeypatch.delenv("MOEX_SAVE")
+    torch._dynamo.reset()
+    compiled = grads(torch.compile(step, fullgraph=True))
+    for a, b, c in zip(kept, recomputed, compiled):
+        if a is not None:
+            assert torch.equal(a, b) and torch.equal(a, c)
+
+
+def test_which_forwards_keep_the_preactivation():
+    """saves_for_backward answers from shapes alone and says why not: only grouped_mm and sonicmoe keep it, on CUDA."""
+    ask = lambda backend, dtype="bfloat16": _moex.saves_for_backward(backend, 300, 64, 48, 6, 3, dtype, "float32",
+                                                                     False, False, False)
+    assert "only grouped_mm's pipeline keeps" in ask("batched_mm")
+    assert "only grouped_mm's pipeline keeps" in ask("eager")
+    if not cuda_ready():
+        assert "CUDA" in ask("grouped_mm") or "cuda" in ask("grouped_mm")
+    assert ask("grouped_mm", "float32") is not None  # the f32 backward recomputes
+    (x, ids, w, up, _, _, _), _ = make_problem(4, 32, 16, 4, 2, torch.bfloat16, "cpu", torch.Generator())
+    assert not ops._saves("grouped_mm", x, ids, w, up, None, None, (True, False, True, "silu", "default", 1.702, 7.0))
 
 
 def test_no_tokens(gen):
