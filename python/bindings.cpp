@@ -272,6 +272,19 @@ void experts(const std::string& backend, const Array& x, const Array& ids, const
     run_backend(backend, p, view_of(out, "out"), stream, num_threads);
 }
 
+// The problem of a call with weights in the activation dtype (the backward's and the training forward's).
+ExpertsProblem plain_problem_of(const Array& x, const Array& ids, const Array& weights, const Array& gate_up,
+                                const Array& down, const std::optional<Array>& gate_up_bias,
+                                const std::optional<Array>& down_bias, const Layout& layout) {
+    const Array* required[] = {&x, &ids, &weights, &gate_up, &down};
+    auto view = [&](int a, const char* name, bool bytes) {
+        if (a < kUpBias) return view_of(*required[a], name, bytes);
+        const std::optional<Array>* o = a == kUpBias ? &gate_up_bias : a == kDownBias ? &down_bias : nullptr;
+        return o && *o ? view_of(**o, name, bytes) : TensorView{};
+    };
+    return problem_of(view, layout, Quant{});
+}
+
 // The backward of one experts call (moex/backward.h) into the given gradient arrays (None: not computed), through
 // backend `backend` ("auto" resolves as the forward does: every CPU backend shares one backward).
 void experts_backward_call(const std::string& backend, const Array& x, const Array& ids, const Array& weights,
@@ -284,14 +297,9 @@ void experts_backward_call(const std::string& backend, const Array& x, const Arr
                            const std::string& gate, float swiglu_alpha, float swiglu_limit, int num_threads,
                            uintptr_t stream, const std::optional<Array>& saved_gate_up,
                            const std::optional<Array>& saved_slot_row) {
-    const Layout layout{has_gate, is_transposed, is_concatenated, activation, gate, swiglu_alpha, swiglu_limit};
-    const Array* required[] = {&x, &ids, &weights, &gate_up, &down};
-    auto view = [&](int a, const char* name, bool bytes) {
-        if (a < kUpBias) return view_of(*required[a], name, bytes);
-        const std::optional<Array>* o = a == kUpBias ? &gate_up_bias : a == kDownBias ? &down_bias : nullptr;
-        return o && *o ? view_of(**o, name, bytes) : TensorView{};
-    };
-    const ExpertsProblem p = problem_of(view, layout, Quant{});
+    const ExpertsProblem p =
+        plain_problem_of(x, ids, weights, gate_up, down, gate_up_bias, down_bias,
+                         {has_gate, is_transposed, is_concatenated, activation, gate, swiglu_alpha, swiglu_limit});
     auto grad = [](const std::optional<Array>& a, const char* name) { return a ? view_of(*a, name) : TensorView{}; };
     const ExpertsGrads grads{grad(grad_x, "grad hidden_states"),
                              grad(grad_weights, "grad top_k_weights"),
@@ -322,14 +330,9 @@ void experts_saving(const std::string& backend, const Array& x, const Array& ids
                     const Array& saved_slot_row, bool has_gate, bool is_transposed, bool is_concatenated,
                     const std::string& activation, const std::string& gate, float swiglu_alpha, float swiglu_limit,
                     uintptr_t stream) {
-    const Layout layout{has_gate, is_transposed, is_concatenated, activation, gate, swiglu_alpha, swiglu_limit};
-    const Array* required[] = {&x, &ids, &weights, &gate_up, &down};
-    auto view = [&](int a, const char* name, bool bytes) {
-        if (a < kUpBias) return view_of(*required[a], name, bytes);
-        const std::optional<Array>* o = a == kUpBias ? &gate_up_bias : a == kDownBias ? &down_bias : nullptr;
-        return o && *o ? view_of(**o, name, bytes) : TensorView{};
-    };
-    const ExpertsProblem p = problem_of(view, layout, Quant{});
+    const ExpertsProblem p =
+        plain_problem_of(x, ids, weights, gate_up, down, gate_up_bias, down_bias,
+                         {has_gate, is_transposed, is_concatenated, activation, gate, swiglu_alpha, swiglu_limit});
     const ExpertsSaved saved{view_of(saved_gate_up, "saved_gate_up"), view_of(saved_slot_row, "saved_slot_row")};
     run_backend(backend, p, view_of(out, "out"), stream, 0, &saved);
 }

@@ -97,7 +97,8 @@ Dense dense_of(const ExpertsProblem& p) {
 }
 
 // loss = Σ dout ⊙ out; returns the loss and, when g is given, its gradients. round: h rounded as the backends do.
-double forward_backward(const Dense& d, const std::vector<double>& dout, DType round, Grads64* g, Grads64* mag) {
+double forward_backward(const Dense& d, const std::vector<double>& dout, DType round, Grads64* g, Grads64* mag,
+                        bool round_a) {
     const int64_t H = d.H, I = d.I, N = d.N;
     if (g) {
         g->x.assign(d.x.size(), 0), g->w.assign(d.w.size(), 0), g->wu.assign(d.wu.size(), 0);
@@ -115,7 +116,7 @@ double forward_backward(const Dense& d, const std::vector<double>& dout, DType r
         for (int64_t n = 0; n < N; ++n) {
             double acc = d.bu[size_t(e * N + n)];
             for (int64_t c = 0; c < H; ++c) acc += d.wu[size_t((e * N + n) * H + c)] * x[c];
-            a[size_t(n)] = acc;
+            a[size_t(n)] = round_a ? round_to(acc, round) : acc;
         }
         for (int64_t i = 0; i < I; ++i) {
             int64_t cg, cu;

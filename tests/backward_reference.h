@@ -32,8 +32,10 @@ struct Grads64 {
 // mag, when given: for dx, d gate_up_proj and d down_proj, the sum of the magnitudes of the products each gradient
 // element sums (|dA|·|W_up| for dx, |dA|·|x| for d gate_up_proj, |w dO|·|h| for d down_proj). A path that rounds
 // dA or w·h to 16 bits before those sums moves an element by at most 2^-8 (bf16) of it.
+// round_a: the pre-activation A = x·Wuᵀ + bu rounded to `round` too, as the tensor-core backward keeps it (and as
+// transformers' autograd keeps its bf16 gate_up output): its gradients are those of the math on that A.
 double forward_backward(const Dense& d, const std::vector<double>& dout, DType round, Grads64* g,
-                        Grads64* mag = nullptr);
+                        Grads64* mag = nullptr, bool round_a = false);
 
 // The logical weight gradients ((E, N, H) up, (E, H, I) down) in the problem's storage layout (transposed or not).
 std::vector<double> up_storage(const Dense& d, const std::vector<double>& v);

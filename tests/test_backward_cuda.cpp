@@ -60,8 +60,9 @@ HostGrads run_cuda_backward(const char* backend, const PlacedProblem& placed, co
     return {to_host(g.x), to_host(g.w), to_host(g.up), to_host(g.down), to_host(g.bu), to_host(g.bd)};
 }
 
-// Whether the backward that runs stores bf16 copies of dA and w·h and builds dx, d gate_up_proj and d down_proj from
-// them: the tensor-core backward (bf16 on Hopper, backward_sm90.cu) unless MOEX_BACKWARD=simt; other GPUs run the
+// Whether the backward that runs reads A = x·Wuᵀ + bu in bf16 (kept by the forward or recomputed and rounded; the
+// reference then rounds its A the same way) and stores bf16 copies of dA and w·h and builds dx, d gate_up_proj and
+// d down_proj from them: the tensor-core backward (bf16 on Hopper, backward_sm90.cu) unless MOEX_BACKWARD=simt; other GPUs run the
 // SIMT backward in f32 and keep the plain bound. Each rounding moves
 // a product by at most 2^-8 of it (bf16's unit roundoff), so those gradients get 2^-8 of the magnitude sums of
 // their products (forward_backward's mag) as slack on top of the plain bf16 bound: heavy single terms (gpt-oss's
@@ -84,9 +85,9 @@ std::vector<double> times(std::vector<double> v, double f) {
 void expect_matches_reference(const ExpertsProblem& p, const Tensor& dout, const HostGrads& b) {
     const Dense d = dense_of(p);
     Grads64 r, mag;
-    forward_backward(d, as_doubles(dout.view()), p.dtype() == DType::kF32 ? DType::kF64 : p.dtype(), &r, &mag);
     const DType dt = p.dtype();
-    const bool slack = stores_bf16_intermediates(dt);
+    const bool slack = stores_bf16_intermediates(dt);  // and A kept (or recomputed) in bf16: the reference rounds it
+    forward_backward(d, as_doubles(dout.view()), dt == DType::kF32 ? DType::kF64 : dt, &r, &mag, slack);
     const std::vector<double> sx = times(mag.x, 0x1p-8), su = up_storage(d, times(mag.wu, 0x1p-8)),
                               sd = down_storage(d, times(mag.wd, 0x1p-8));
     EXPECT_TRUE(close("dx", b.x.view(), r.x, dt, slack ? &sx : nullptr));

@@ -27,7 +27,7 @@ expect() {
     fi
 }
 # The sm_90a kernel's last template argument is kFp8 (Lb0E: bf16/f16 wgmma, Lb1E: e4m3 wgmma).
-expect 'grouped_gemm_sm90_kernel.*Lb0EEEv' 12 '$2 >= 4 && $3 >= 5' "sm_90a grouped GEMM issues HGMMA and UTMALDG"
+expect 'grouped_gemm_sm90_kernel.*Lb0EEEv' 16 '$2 >= 4 && $3 >= 5' "sm_90a grouped GEMM issues HGMMA and UTMALDG"
 expect 'grouped_gemm_sm90_kernel.*Lb1EEEv' 8 '$5 >= 8 && $3 >= 5' "sm_90a FP8 grouped GEMM issues QGMMA and UTMALDG"
 # batched_mm: {bf16, f16} x 4 tile shapes, plain, quantized with 1, 2 or 4 vectors per load, and FP8 x e4m3
 # (mma.sync e4m3, which ptxas lowers to f16 HMMAs on sm_90), plus {bf16, f16} x 2 small tiles with 16 loads in flight.
