@@ -129,10 +129,10 @@ inline constexpr int kGateQuads = 4;  // quads (4 consecutive i) a lane loads be
 inline constexpr int kGateSpan = 32 * 4 * kGateQuads;  // i values per pass of a warp
 
 // One warp per slot, grid-stride over slots. A pass loads kGateQuads quads of i per lane (g, u and G of each, 16-byte
-// loads when kVec: I % 4 == 0; g and u of TA and G of TG, f32 or the dtype), then computes and stores them: the loads of a pass are
-// all in flight at once (stores to AU / GH may alias the next loads, so the compiler could not hoist them itself).
-// Every lane sums its own G·h in a fixed order and the warp adds the 32 partial sums in a fixed tree: the same bits
-// every run.
+// loads when kVec: I % 4 == 0; g and u of TA and G of TG, f32 or the dtype), then computes and stores them: the loads
+// of a pass are all in flight at once (stores to AU / GH may alias the next loads, so the compiler could not hoist them
+// itself). Every lane sums its own G·h in a fixed order and the warp adds the 32 partial sums in a fixed tree: the same
+// bits every run.
 template <class T, class TA, class TG, bool kVec>
 __global__ void __launch_bounds__(32 * kGateWarps) gate_grad_kernel(const __grid_constant__ GateGradArgs a) {
     const DType w_dtype = a.weights_f32 ? DType::kF32 : a.dtype;
