@@ -62,15 +62,13 @@ HostGrads run_cuda_backward(const char* backend, const PlacedProblem& placed, co
 
 // Whether the backward that runs reads A = x·Wuᵀ + bu in bf16 (kept by the forward or recomputed and rounded; the
 // reference then rounds its A the same way) and stores bf16 copies of dA and w·h and builds dx, d gate_up_proj and
-// d down_proj from them: the tensor-core backward (bf16 on Hopper, backward_sm90.cu) unless MOEX_BACKWARD=simt; other GPUs run the
-// SIMT backward in f32 and keep the plain bound. Each rounding moves
-// a product by at most 2^-8 of it (bf16's unit roundoff), so those gradients get 2^-8 of the magnitude sums of
-// their products (forward_backward's mag) as slack on top of the plain bf16 bound: heavy single terms (gpt-oss's
-// clamped SwiGLU has dA terms of ~7 where the gradient's rms is 2) can put a correct value past a bound made of rms
-// alone. For scale:
-// bench/backward_precision.py puts this pipeline at 0.8-1.3 of the plain bound (0.15-0.45 with the slack) and
-// torch's own bf16 autograd of the same math at 1.4-3.9 (gated SiLU) and up to 222 (the clamped SwiGLU)
-// (bench/RESULTS.md O2).
+// d down_proj from them: the tensor-core backward (bf16 on Hopper, backward_sm90.cu) unless MOEX_BACKWARD=simt; other
+// GPUs run the SIMT backward in f32 and keep the plain bound. Each rounding moves a product by at most 2^-8 of it
+// (bf16's unit roundoff), so those gradients get 2^-8 of the magnitude sums of their products (forward_backward's mag)
+// as slack on top of the plain bf16 bound: heavy single terms (gpt-oss's clamped SwiGLU has dA terms of ~7 where the
+// gradient's rms is 2) can put a correct value past a bound made of rms alone. For scale: bench/backward_precision.py
+// puts this pipeline at 0.8-1.3 of the plain bound (0.15-0.45 with the slack) and torch's own bf16 autograd of the same
+// math at 1.4-3.9 (gated SiLU) and up to 222 (the clamped SwiGLU) (bench/RESULTS.md O2).
 bool stores_bf16_intermediates(DType dt) {
     const char* path = std::getenv("MOEX_BACKWARD");
     return dt == DType::kBF16 && cuda_compute_capability() == 90 && !(path && std::string(path) == "simt");
