@@ -109,22 +109,15 @@ void launch_gate_grad(const GateGradArgs& a, cudaStream_t stream) {
                      is_aligned16(a.h_f32) && is_aligned16(a.dA_out) && is_aligned16(a.wh_out);
     with_dtype(a.dtype, "experts backward", [&](auto t) {
         using T = decltype(t);
-        const auto launch = [&](auto ta, auto tg) {
+        const auto launch = [&](auto ta) {
             using TA = decltype(ta);
-            using TG = decltype(tg);
             if (vec) {
-                gate_grad_kernel<T, TA, TG, true><<<blocks, 32 * kGateWarps, 0, stream>>>(a);
+                gate_grad_kernel<T, TA, true><<<blocks, 32 * kGateWarps, 0, stream>>>(a);
             } else {
-                gate_grad_kernel<T, TA, TG, false><<<blocks, 32 * kGateWarps, 0, stream>>>(a);
+                gate_grad_kernel<T, TA, false><<<blocks, 32 * kGateWarps, 0, stream>>>(a);
             }
         };
-        MOEX_REQUIRE(!a.gh_in_dtype || a.au_in_dtype, ErrorCode::kInvalidArgument,
-                     "experts backward: G rows in the dtype go with A rows in the dtype");
-        if (a.gh_in_dtype) {
-            launch(T{}, T{});
-        } else {
-            a.au_in_dtype ? launch(T{}, float{}) : launch(float{}, float{});
-        }
+        a.au_in_dtype ? launch(T{}) : launch(float{});
         MOEX_LAUNCH_CHECK();
     });
 }

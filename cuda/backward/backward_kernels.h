@@ -69,7 +69,7 @@ void launch_column_sums(const ColumnSumArgs& args, cudaStream_t stream);
 // For the tensor-core GEMMs after it (backward_sm90.cu) also dA_r and w·h rounded to the dtype into dA_out, wh_out.
 struct GateGradArgs {
     const void* AU;           // (rows, N) the up projection: f32, or the dtype when au_in_dtype
-    const void* GH;           // (rows, I) G = dO·Wd: f32, or the dtype when gh_in_dtype
+    const float* GH;          // (rows, I) f32: G = dO·Wd
     float* row_w;             // (rows,) the routing weight of each row, out
     const void* dout;         // (T, H) dtype
     const void* down_bias;    // (E, H) dtype, or nullptr
@@ -87,7 +87,6 @@ struct GateGradArgs {
     void* dA_out = nullptr;           // (rows, N) dA in the dtype
     void* wh_out = nullptr;           // (rows, I) w·h in the dtype
     bool au_in_dtype = false;         // AU holds dtype values (the tensor-core backward's, or the forward's kept)
-    bool gh_in_dtype = false;         // GH too (the tensor-core backward's G rows, MOEX_G_ROWS=bf16); needs AU's
     const int32_t* au_row = nullptr;  // (S,) AU's row of slot s (the forward's kept rows), or nullptr: slot_row
 };
 void launch_gate_grad(const GateGradArgs& args, cudaStream_t stream);

@@ -129,11 +129,11 @@ inline constexpr int kGateQuads = 4;  // quads (4 consecutive i) a lane loads be
 inline constexpr int kGateSpan = 32 * 4 * kGateQuads;  // i values per pass of a warp
 
 // One warp per slot, grid-stride over slots. A pass loads kGateQuads quads of i per lane (g, u and G of each, 16-byte
-// loads when kVec: I % 4 == 0; g and u of TA and G of TG, f32 or the dtype), then computes and stores them: the loads
+// loads when kVec: I % 4 == 0; g and u of TA, f32 or the dtype), then computes and stores them: the loads
 // of a pass are all in flight at once (stores to AU / GH may alias the next loads, so the compiler could not hoist them
 // itself). Every lane sums its own G·h in a fixed order and the warp adds the 32 partial sums in a fixed tree: the same
 // bits every run.
-template <class T, class TA, class TG, bool kVec>
+template <class T, class TA, bool kVec>
 __global__ void __launch_bounds__(32 * kGateWarps) gate_grad_kernel(const __grid_constant__ GateGradArgs a) {
     const DType w_dtype = a.weights_f32 ? DType::kF32 : a.dtype;
     const int lane = int(threadIdx.x) & 31;
@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(32 * kGateWarps) gate_grad_kernel(const __grid
         }
         const float w = load_weight(a.weights, a.weights_f32, a.dtype, s);
         const TA* au = static_cast<const TA*>(a.AU) + int64_t(a.au_row != nullptr ? a.au_row[s] : row) * a.N;
-        const TG* gh = static_cast<const TG*>(a.GH) + int64_t(row) * a.I;
+        const float* gh = a.GH + int64_t(row) * a.I;
         float dot = 0.0f;
         for (int64_t base = 0; base < a.I; base += kGateSpan) {
             float4 g[kGateQuads], u[kGateQuads], G[kGateQuads];
@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(32 * kGateWarps) gate_grad_kernel(const __grid
             for (int q = 0; q < kGateQuads; ++q) {
                 const int64_t i0 = base + 4 * (lane + 32 * q), n = a.I - i0;
                 if (n <= 0) continue;
-                G[q] = load4_as<TG, kVec>(gh + i0, n);
+                G[q] = load4<kVec>(gh + i0, n);
                 if (!a.has_gate) {
                     u[q] = load4_as<TA, kVec>(au + i0, n), g[q] = u[q];  // g unused
                 } else if (a.gate.concatenated) {

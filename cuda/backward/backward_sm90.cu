@@ -125,15 +125,12 @@ void run_experts_backward_sm90(const ExpertsBackwardArgs& b, cudaStream_t stream
     const size_t do_rows = ws.reserve(size_t(P * H * es));  // (P, H) gathered dO
     const size_t row_w = ws.reserve_n<float>(P);            // (P,) routing weight of each row
     const bool saved = a.saved_gate_up != nullptr;          // the forward kept A (its packed rows): no up GEMM here
-    const size_t au = saved ? 0 : ws.reserve(size_t(P * N * es));              // (P, N) up projection in bf16
-    const size_t da32 = b.grad_gate_up_bias ? ws.reserve_n<float>(P * N) : 0;  // (P, N) dA in f32 for the bias
-    // MOEX_G_ROWS=bf16: G in bf16 rows (as transformers' autograd has dh), half the bytes of its store and read.
-    const char* g_rows = std::getenv("MOEX_G_ROWS");
-    const bool g_bf16 = g_rows != nullptr && std::strcmp(g_rows, "bf16") == 0;
-    const size_t gh = ws.reserve(size_t(P * I) * (g_bf16 ? es : sizeof(float)));  // (P, I) G = dO Wd
-    const size_t da16 = ws.reserve(size_t(P * N * es));                           // (P, N) dA in bf16
-    const size_t wh16 = ws.reserve(size_t(P * I * es));                           // (P, I) w·h in bf16
-    const size_t dx_rows = b.grad_hidden ? ws.reserve(size_t(P * H * es)) : 0;    // (P, H) dA Wu in bf16
+    const size_t au = saved ? 0 : ws.reserve(size_t(P * N * es));               // (P, N) up projection in bf16
+    const size_t da32 = b.grad_gate_up_bias ? ws.reserve_n<float>(P * N) : 0;   // (P, N) dA in f32 for the bias
+    const size_t gh = ws.reserve_n<float>(P * I);                               // (P, I) G = dO Wd
+    const size_t da16 = ws.reserve(size_t(P * N * es));                         // (P, N) dA in bf16
+    const size_t wh16 = ws.reserve(size_t(P * I * es));                         // (P, I) w·h in bf16
+    const size_t dx_rows = b.grad_hidden ? ws.reserve(size_t(P * H * es)) : 0;  // (P, H) dA Wu in bf16
     ws.allocate();
     const RoutingArgs r = rb.args(ws, a.top_k_index, a.ids_i64);
     launch_routing(r, stream);
@@ -162,13 +159,13 @@ void run_experts_backward_sm90(const ExpertsBackwardArgs& b, cudaStream_t stream
         m.up.A = ws.at<void>(x_rows), m.up.D = ws.at<void>(au);
         launch_grouped_gemm(m.up, stream);
     }
-    m.g.A = ws.at<void>(do_rows), m.g.D = ws.at<void>(gh), m.g.d_f32 = !g_bf16;
+    m.g.A = ws.at<void>(do_rows), m.g.D = ws.at<void>(gh);
     launch_grouped_gemm(m.g, stream);
 
     float* const dA_f32 = b.grad_gate_up_bias ? ws.at<float>(da32) : nullptr;
-    backward::GateGradArgs gate = backward::gate_grad_args(b, r.slot_row, nullptr, nullptr, ws.at<float>(row_w));
+    backward::GateGradArgs gate =
+        backward::gate_grad_args(b, r.slot_row, nullptr, ws.at<float>(gh), ws.at<float>(row_w));
     gate.AU = saved ? a.saved_gate_up : ws.at<void>(au), gate.au_in_dtype = true;
-    gate.GH = ws.at<void>(gh), gate.gh_in_dtype = g_bf16;
     gate.au_row = saved ? a.saved_slot_row : nullptr;  // the forward's packed row of each slot
     // dA and w·h in bf16 feed the GEMMs; dA in f32 only feeds the gate_up bias's column sums, and h in f32 nothing.
     gate.dA_f32 = dA_f32, gate.h_f32 = nullptr;

@@ -250,9 +250,12 @@ def _(hidden_states, top_k_index, top_k_weights, gate_up_proj, down_proj, gate_u
 torch.library.register_autograd("moex::experts_saving", _backward, setup_context=_setup_context)
 
 
+_DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
 def _saves(backend, x, ids, w, gate_up, gate_up_bias, down_bias, layout) -> bool:
     """Whether training this call keeps the backend's gate/up pre-activation (the C++ decision, from shapes only)."""
-    if not x.is_cuda or os.environ.get("MOEX_SAVE", "1") == "0":
+    if not x.is_cuda or os.environ.get("MOEX_SAVE", "1") == "0" or gate_up.dtype != x.dtype:
         return False
     T = x.shape[0]
     if not isinstance(T, int):  # a symbolic T (torch.compile's dynamic shapes): the check does not depend on it
@@ -261,18 +264,23 @@ def _saves(backend, x, ids, w, gate_up, gate_up_bias, down_bias, layout) -> bool
         T = 4096
     has_gate, is_transposed = layout[0], layout[1]
     n = int(gate_up.shape[2] if is_transposed else gate_up.shape[1])
-    key = (backend, T, int(x.shape[1]), n, int(gate_up.shape[0]), int(ids.shape[1]), x.dtype, w.dtype, gate_up.dtype,
-           ids.dtype, gate_up_bias is not None, down_bias is not None, layout, x.device.index)
-    why = _SAVE_REFUSALS.get(key, False)
-    if why is False:
-        name = lambda d: str(d).replace("torch.", "")
-        why = _moex.saves_for_backward(backend, T, key[2], n // 2 if has_gate else n, key[4], key[5], name(x.dtype),
-                                       name(w.dtype), ids.dtype == torch.int64, key[10], key[11], *layout,
-                                       device_index=x.device.index if x.device.index is not None else 0)
-        if gate_up.dtype != x.dtype:
-            why = why or "the weights are not in the activation dtype"
-        _SAVE_REFUSALS[key] = why
-    return why is None
+    dtype, w_dtype = _DTYPE_NAMES.get(x.dtype), _DTYPE_NAMES.get(w.dtype)
+    if dtype is None or w_dtype is None:
+        return False
+    return _save_refusal(backend, T, int(x.shape[1]), n // 2 if has_gate else n, int(gate_up.shape[0]),
+                         int(ids.shape[1]), dtype, w_dtype, ids.dtype == torch.int64, gate_up_bias is not None,
+                         down_bias is not None, tuple(layout), x.device.index or 0) is None
+
+
+# Constant for a given call shape: torch.compile evaluates it once while tracing (nanobind functions cannot be traced)
+# and keeps the answer in the graph.
+@torch.compiler.assume_constant_result
+def _save_refusal(backend, T, H, I, E, k, dtype, w_dtype, ids_i64, has_up_bias, has_down_bias, layout, device):
+    key = (backend, T, H, I, E, k, dtype, w_dtype, ids_i64, has_up_bias, has_down_bias, layout, device)
+    if key not in _SAVE_REFUSALS:
+        _SAVE_REFUSALS[key] = _moex.saves_for_backward(backend, T, H, I, E, k, dtype, w_dtype, ids_i64, has_up_bias,
+                                                       has_down_bias, *layout, device_index=device)
+    return _SAVE_REFUSALS[key]
 
 
 _SAVE_REFUSALS = {}
@@ -345,11 +353,13 @@ def call(backend, hidden_states, top_k_index, top_k_weights, gate_up_proj, down_
         x = hidden_states if dtype in _FLOAT_TYPES else hidden_states.float()
     w = top_k_weights if top_k_weights.dtype is torch.float32 or top_k_weights.dtype is x.dtype else \
         top_k_weights.float()
-    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in (x, w, gate_up_proj, down_proj, gate_up_bias, down_bias,
-                                                        *quant[4:]))):
-        # The custom op: one node for torch.compile, and a backward that says it is missing.
-        if quant[0] == "none" and _saves(backend, x, top_k_index, w, gate_up_proj, gate_up_bias, down_bias, layout):
+    needs_grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (x, w, gate_up_proj, down_proj, gate_up_bias, down_bias, *quant[4:]))
+    if torch.compiler.is_compiling() or needs_grad:
+        # The custom op: one node for torch.compile, and a backward that says it is missing. Training keeps the
+        # pre-activation where the backend can (moex::experts_saving).
+        if needs_grad and quant[0] == "none" and _saves(backend, x, top_k_index, w, gate_up_proj, gate_up_bias,
+                                                        down_bias, layout):
             out = experts_saving_op(x, top_k_index, w, gate_up_proj, down_proj, gate_up_bias, down_bias, backend,
                                     *layout)[0]
         else:
