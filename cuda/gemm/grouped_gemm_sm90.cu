@@ -4,11 +4,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
+#include <mutex>
 #include <string>
 
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
-#include "cuda/gemm/cluster_pairs.h"
 #include "cuda/gemm/grouped_gemm.h"
 #include "cuda/gemm/grouped_gemm_sm90.cuh"
 #include "cuda/gemm/sm90_config.h"
@@ -19,6 +20,35 @@ namespace {
 
 using sm90::EpiKind;
 using sm90::Sm90Params;
+
+// Per kernel instantiation and device: the shared-memory opt-in (once) and how many 2-CTA clusters fit.
+template <typename T, bool kBNMajor, EpiKind kEpi, bool kFp8>
+struct KernelSetup {
+    static int max_pairs(int dev) {
+        static std::mutex mu;
+        static std::array<int, kMaxDevices> pairs{};
+        static std::array<bool, kMaxDevices> done{};
+        std::lock_guard<std::mutex> lock(mu);
+        if (!done[dev]) {
+            auto kernel = sm90::grouped_gemm_sm90_kernel<T, kBNMajor, kEpi, kFp8>;
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sm90::kSmemBytes));
+            cudaLaunchConfig_t cfg{};
+            cudaLaunchAttribute attr{};
+            attr.id = cudaLaunchAttributeClusterDimension;
+            attr.val.clusterDim.x = 2, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+            cfg.gridDim = dim3(2), cfg.blockDim = dim3(sm90::kThreads), cfg.dynamicSmemBytes = sm90::kSmemBytes;
+            cfg.attrs = &attr, cfg.numAttrs = 1;
+            int n = 0;
+            if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
+                (void)cudaGetLastError();  // clusters unavailable: this instantiation runs with cluster 1
+                n = 0;
+            }
+            pairs[dev] = n;
+            done[dev] = true;
+        }
+        return pairs[dev];
+    }
+};
 
 template <typename T, bool kBNMajor, EpiKind kEpi, bool kFp8>
 bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStream_t stream) {
@@ -97,8 +127,7 @@ bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStrea
     const int64_t tile_bound = std::max<int64_t>(1, a.max_m_tiles * p.num_n_tiles);
     int cluster = cfg.cluster_m == 2 ? 2 : 1;
     int ctas = cfg.max_ctas > 0 ? std::min(cfg.max_ctas, info.sm_count) : info.sm_count;
-    const int pairs = resident_pairs<sm90::grouped_gemm_sm90_kernel<T, kBNMajor, kEpi, kFp8>>(
-        dev, sm90::kThreads, sm90::kSmemBytes);  // also opts in to the shared memory
+    const int pairs = KernelSetup<T, kBNMajor, kEpi, kFp8>::max_pairs(dev);  // also opts in to the shared memory
     if (cluster == 2 && pairs < 1) cluster = 1;
     if (cluster == 2)
         ctas = 2 * static_cast<int>(std::min<int64_t>({pairs, ctas / 2, (tile_bound + 1) / 2}));

@@ -3,16 +3,17 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <type_traits>
 
 #include "cuda/common/align.h"
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
-#include "cuda/gemm/cluster_pairs.h"
 #include "cuda/gemm/tensor_map.h"
 #include "cuda/gemm/weight_grad.h"
 #include "cuda/gemm/weight_grad_sm90.cuh"
@@ -22,9 +23,36 @@ namespace {
 
 namespace wg = sm90::wgrad;
 
+// Per instantiation and device: the shared-memory opt-in (once) and how many 2-CTA clusters can be resident.
+template <typename T>
+int max_pairs(int dev) {
+    static std::mutex mu;
+    static std::array<int, kMaxDevices> pairs{};
+    static std::array<bool, kMaxDevices> done{};
+    std::lock_guard<std::mutex> lock(mu);
+    if (!done[size_t(dev)]) {
+        CUDA_CHECK(cudaFuncSetAttribute(wg::weight_grad_sm90_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        wg::kSmemBytes));
+        cudaLaunchConfig_t cfg{};
+        cudaLaunchAttribute attr{};
+        attr.id = cudaLaunchAttributeClusterDimension;
+        attr.val.clusterDim.x = 2, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+        cfg.gridDim = dim3(2), cfg.blockDim = dim3(wg::kThreads), cfg.dynamicSmemBytes = wg::kSmemBytes;
+        cfg.attrs = &attr, cfg.numAttrs = 1;
+        int n = 0;
+        if (cudaOccupancyMaxActiveClusters(&n, wg::weight_grad_sm90_kernel<T>, &cfg) != cudaSuccess) {
+            (void)cudaGetLastError();  // clusters unavailable: pairs are not used
+            n = 0;
+        }
+        pairs[size_t(dev)] = n;
+        done[size_t(dev)] = true;
+    }
+    return pairs[size_t(dev)];
+}
+
 template <typename T>
 void run(const WeightGradGemmArgs& a, const DeviceState& dev, cudaStream_t stream) {
-    const int pairs = resident_pairs<wg::weight_grad_sm90_kernel<T>>(dev.id, wg::kThreads, wg::kSmemBytes);
+    const int pairs = max_pairs<T>(dev.id);  // also opts in to the shared memory
     constexpr CUtensorMapDataType kType =
         std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     wg::Params p{};
