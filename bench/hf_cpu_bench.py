@@ -3,6 +3,7 @@
 # `--combine moex.jsonl hf.jsonl` merges both tools' JSON lines into one markdown table (for bench/RESULTS.md).
 """Usage:
   python bench/hf_cpu_bench.py [--shapes ...] [--tokens 1,8,64] [--backends eager,batched_mm,grouped_mm]
+                               (moex_grouped_mm etc.: moex's backends through the same transformers module)
                                [--dtype bf16] [--threads N] [--reps 5] [--json] [--backward]
   --backward times torch's autograd backward of each call instead (every gradient: x, the routing weights, both
   projections; dO random), after an untimed forward that keeps its activations: moex bench --backward's rows beside
@@ -142,6 +143,8 @@ def run(args):
             raise SystemExit(f"hf_cpu_bench: error: unknown shape `{n}`; valid: {', '.join(shapes)}")
     tokens = [int(t) for t in args.tokens.split(",")]
     backends = args.backends.split(",")
+    if any(b.startswith("moex") for b in backends):  # moex's backends inside transformers' own module (training
+        import moex_experts.transformers  # noqa: F401  # through torch autograd, fresh gradients each call)
     llc = llc_bytes()
     emit = (lambda o: print(json.dumps(o), flush=True)) if args.json else None
     head = {"kind": "machine", "impl": "transformers", "cpu": cpu_model(),
