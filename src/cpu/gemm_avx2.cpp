@@ -205,9 +205,15 @@ inline __m128i bf16_bits8(__m256 f) {
 
 }  // namespace
 
-// kernels.h to_bf16, eight at a time.
+// kernels.h to_bf16, eight at a time; long runs with 16-byte non-temporal stores after a scalar head.
 void to_bf16_avx2(const float* src, int64_t n, uint16_t* dst) {
     int64_t i = 0;
+    if (n >= kStreamBf16Values && reinterpret_cast<uintptr_t>(dst) % 2 == 0) {
+        for (; reinterpret_cast<uintptr_t>(dst + i) % 16 != 0; ++i) dst[i] = f32_to_bf16(src[i]);
+        for (; i + 8 <= n; i += 8)
+            _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), bf16_bits8(_mm256_loadu_ps(src + i)));
+        _mm_sfence();
+    }
     for (; i + 8 <= n; i += 8)
         _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), bf16_bits8(_mm256_loadu_ps(src + i)));
     for (; i < n; ++i) dst[i] = f32_to_bf16(src[i]);

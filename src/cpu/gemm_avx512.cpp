@@ -272,12 +272,22 @@ inline __m256i bf16_bits(__m512 f) {
 
 }  // namespace
 
-// kernels.h to_bf16, sixteen at a time.
+// kernels.h to_bf16, sixteen at a time; long runs with 32-byte non-temporal stores between a masked head and tail.
 void to_bf16_avx512(const float* src, int64_t n, uint16_t* dst) {
-    for (int64_t i = 0; i < n; i += 16) {
-        const __mmask16 mk = lanes16(int(std::min<int64_t>(n - i, 16)));
+    int64_t i = 0;
+    const auto store_masked = [&](int64_t count) {  // dst[i, i + count), count <= 16
+        const __mmask16 mk = lanes16(int(count));
         _mm256_mask_storeu_epi16(dst + i, mk, bf16_bits(_mm512_maskz_loadu_ps(mk, src + i)));
+        i += count;
+    };
+    if (n >= kStreamBf16Values && reinterpret_cast<uintptr_t>(dst) % 2 == 0) {
+        const int64_t head = int64_t((32 - reinterpret_cast<uintptr_t>(dst) % 32) % 32) / 2;
+        if (head > 0) store_masked(head);
+        for (; i + 16 <= n; i += 16)
+            _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i), bf16_bits(_mm512_loadu_ps(src + i)));
+        _mm_sfence();
     }
+    while (i < n) store_masked(std::min<int64_t>(n - i, 16));
 }
 
 // kernels.h outer_bf16: each output row i, 64 columns at a time in four zmm, sums the m products P[r][i]·Q[r][j] as the
