@@ -347,8 +347,12 @@ TEST(CpuKernels, VectorBf16ConversionIsTheScalarOne) {
 void expect_outer_is_the_gemm(const KernelTable& t) {
     std::mt19937 rng(11);
     std::normal_distribution<float> nd(0.0f, 1.0f);
+    // The last two are past kStreamBf16Values outputs (non-temporal stores where a 64-column chunk is aligned; rows of
+    // 272 and 2080 bytes put the chunks on and off 32-byte boundaries).
     for (const int64_t m : {1, 2, 3, 4, 5, 8})
-        for (const auto& [M, L] : {std::pair<int64_t, int64_t>{7, 16}, {24, 100}, {40, 136}, {13, 200}}) {
+        for (const auto& [M, L] :
+             {std::pair<int64_t, int64_t>{7, 16}, {24, 100}, {40, 136}, {13, 200}, {520, 136}, {64, 1040}}) {
+            if (M * L >= kStreamBf16Values && m != 1 && m != 8) continue;
             SCOPED_TRACE("m " + std::to_string(m) + " M " + std::to_string(M) + " L " + std::to_string(L));
             std::vector<float> P(size_t(m * M)), Q(size_t(m * L)), pt(size_t(M * m)), c(size_t(M * L));
             for (float& v : P) v = nd(rng);

@@ -50,7 +50,7 @@ struct KernelTable {
     // dst[i] = f32_to_bf16(src[i]) for i < n (moex/dtype.h's rounding, NaNs and subnormals included: the same bits),
     // null in tables without one (the scalar loop runs). From kStreamBf16Values values on (the backward's weight
     // gradients: whole experts nobody reads again in this call) the vector tables store around the cache (non-temporal
-    // stores, then a store fence), so dst's lines are not read for ownership first.
+    // stores, then a store fence), so dst's lines are not read for ownership first; outer_bf16 likewise from M·L on.
     void (*to_bf16)(const float* src, int64_t n, uint16_t* dst);
     // out (M, L) = Pᵀ Q for P (m, M) and Q (m, L) row-major f32, each element the f32 tile's fma chain over r = 0..m-1
     // (micro's bits: gemm_rows of Pᵀ's rows against Q as transposed weights), rounded as to_bf16: the backward's weight
