@@ -205,15 +205,9 @@ inline __m128i bf16_bits8(__m256 f) {
 
 }  // namespace
 
-// kernels.h to_bf16, eight at a time; long runs with 16-byte non-temporal stores after a scalar head.
+// kernels.h to_bf16, eight at a time.
 void to_bf16_avx2(const float* src, int64_t n, uint16_t* dst) {
     int64_t i = 0;
-    if (n >= kStreamBf16Values && reinterpret_cast<uintptr_t>(dst) % 2 == 0) {
-        for (; reinterpret_cast<uintptr_t>(dst + i) % 16 != 0; ++i) dst[i] = f32_to_bf16(src[i]);
-        for (; i + 8 <= n; i += 8)
-            _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), bf16_bits8(_mm256_loadu_ps(src + i)));
-        _mm_sfence();
-    }
     for (; i + 8 <= n; i += 8)
         _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), bf16_bits8(_mm256_loadu_ps(src + i)));
     for (; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
@@ -222,7 +216,6 @@ void to_bf16_avx2(const float* src, int64_t n, uint16_t* dst) {
 // kernels.h outer_bf16: each output row i, 32 columns at a time in four ymm, sums the m products as the AVX2 tile does
 // (an fma chain over r from zero, so its bits), then rounds them as to_bf16; the last columns one by one.
 void outer_bf16_avx2(const float* P, int64_t M, const float* Q, int64_t L, int64_t m, uint16_t* out) {
-    const bool stream = M * L >= kStreamBf16Values;
     for (int64_t i = 0; i < M; ++i) {
         uint16_t* o = out + i * L;
         int64_t j = 0;
@@ -234,12 +227,6 @@ void outer_bf16_avx2(const float* P, int64_t M, const float* Q, int64_t L, int64
 #pragma GCC unroll 4
                 for (int t = 0; t < 4; ++t) acc[t] = _mm256_fmadd_ps(p, _mm256_loadu_ps(q + 8 * t), acc[t]);
             }
-            if (stream && reinterpret_cast<uintptr_t>(o + j) % 16 == 0) {  // as to_bf16's long runs
-#pragma GCC unroll 4
-                for (int t = 0; t < 4; ++t)
-                    _mm_stream_si128(reinterpret_cast<__m128i*>(o + j + 8 * t), bf16_bits8(acc[t]));
-                continue;
-            }
 #pragma GCC unroll 4
             for (int t = 0; t < 4; ++t) _mm_storeu_si128(reinterpret_cast<__m128i*>(o + j + 8 * t), bf16_bits8(acc[t]));
         }
@@ -249,7 +236,6 @@ void outer_bf16_avx2(const float* P, int64_t M, const float* Q, int64_t L, int64
             o[j] = f32_to_bf16(c);
         }
     }
-    if (stream) _mm_sfence();
 }
 
 extern const KernelTable kAvx2Table;

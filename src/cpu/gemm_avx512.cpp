@@ -272,28 +272,17 @@ inline __m256i bf16_bits(__m512 f) {
 
 }  // namespace
 
-// kernels.h to_bf16, sixteen at a time; long runs with 32-byte non-temporal stores between a masked head and tail.
+// kernels.h to_bf16, sixteen at a time.
 void to_bf16_avx512(const float* src, int64_t n, uint16_t* dst) {
-    int64_t i = 0;
-    const auto store_masked = [&](int64_t count) {  // dst[i, i + count), count <= 16
-        const __mmask16 mk = lanes16(int(count));
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 mk = lanes16(int(std::min<int64_t>(n - i, 16)));
         _mm256_mask_storeu_epi16(dst + i, mk, bf16_bits(_mm512_maskz_loadu_ps(mk, src + i)));
-        i += count;
-    };
-    if (n >= kStreamBf16Values && reinterpret_cast<uintptr_t>(dst) % 2 == 0) {
-        const int64_t head = int64_t((32 - reinterpret_cast<uintptr_t>(dst) % 32) % 32) / 2;
-        if (head > 0) store_masked(head);
-        for (; i + 16 <= n; i += 16)
-            _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i), bf16_bits(_mm512_loadu_ps(src + i)));
-        _mm_sfence();
     }
-    while (i < n) store_masked(std::min<int64_t>(n - i, 16));
 }
 
 // kernels.h outer_bf16: each output row i, 64 columns at a time in four zmm, sums the m products P[r][i]·Q[r][j] as the
 // f32 tile does (an fma chain over r from zero, so its bits), then rounds them as to_bf16.
 void outer_bf16_avx512(const float* P, int64_t M, const float* Q, int64_t L, int64_t m, uint16_t* out) {
-    const bool stream = M * L >= kStreamBf16Values;
     for (int64_t i = 0; i < M; ++i) {
         uint16_t* o = out + i * L;
         for (int64_t j = 0; j < L; j += 64) {
@@ -311,17 +300,10 @@ void outer_bf16_avx512(const float* P, int64_t M, const float* Q, int64_t L, int
                 for (int t = 0; t < 4; ++t)
                     acc[t] = _mm512_fmadd_ps(p, _mm512_maskz_loadu_ps(mk[t], q + 16 * t), acc[t]);
             }
-            if (stream && j + 64 <= L && reinterpret_cast<uintptr_t>(o + j) % 32 == 0) {  // as to_bf16's long runs
-#pragma GCC unroll 4
-                for (int t = 0; t < 4; ++t)
-                    _mm256_stream_si256(reinterpret_cast<__m256i*>(o + j + 16 * t), bf16_bits(acc[t]));
-                continue;
-            }
 #pragma GCC unroll 4
             for (int t = 0; t < 4; ++t) _mm256_mask_storeu_epi16(o + j + 16 * t, mk[t], bf16_bits(acc[t]));
         }
     }
-    if (stream) _mm_sfence();
 }
 
 // Rounded activation rows taken apart into their e4m3 codes as bf16 (kernels.h rows_codes): vcvtneps2bf16 of

@@ -12,8 +12,6 @@ namespace moex::cpu {
 
 inline constexpr int kNr = 16;  // the packed panel width (columns = weight rows); tables tile nr = 1 or 2 panels
 
-inline constexpr int64_t kStreamBf16Values = int64_t(1) << 16;  // 128 KiB of bf16: past L2's share of one task
-
 struct KernelTable {
     const char* name;
     // Small-m path that streams B once from memory: C[r*ldc + c] = Σ_k a[r][k]·B(c, k) for r < m, c < n.
@@ -48,9 +46,7 @@ struct KernelTable {
     // Element-wise gate of one row: h[i] = round(f(g[i], u[i])) for i < n (gate.h says which f).
     void (*gate_row)(const GateOp& op, const float* g, const float* u, int64_t n, float* h);
     // dst[i] = f32_to_bf16(src[i]) for i < n (moex/dtype.h's rounding, NaNs and subnormals included: the same bits),
-    // null in tables without one (the scalar loop runs). From kStreamBf16Values values on (the backward's weight
-    // gradients: whole experts nobody reads again in this call) the vector tables store around the cache (non-temporal
-    // stores, then a store fence), so dst's lines are not read for ownership first; outer_bf16 likewise from M·L on.
+    // null in tables without one (the scalar loop runs).
     void (*to_bf16)(const float* src, int64_t n, uint16_t* dst);
     // out (M, L) = Pᵀ Q for P (m, M) and Q (m, L) row-major f32, each element the f32 tile's fma chain over r = 0..m-1
     // (micro's bits: gemm_rows of Pᵀ's rows against Q as transposed weights), rounded as to_bf16: the backward's weight
