@@ -311,11 +311,12 @@ void experts_backward_call(const std::string& backend, const Array& x, const Arr
     RunOptions options;
     options.num_threads = num_threads;
     options.cuda_stream = reinterpret_cast<void*>(stream);  // CUDA: the caller's stream (0 = the default stream)
-    MOEX_REQUIRE(saved_gate_up.has_value() == saved_slot_row.has_value(), ErrorCode::kInvalidArgument,
-                 "saved_gate_up and saved_slot_row come together");
-    ExpertsSaved saved;
-    if (saved_gate_up) saved = {view_of(*saved_gate_up, "saved_gate_up"), view_of(*saved_slot_row, "saved_slot_row")};
-    options.saved = saved_gate_up ? &saved : nullptr;
+    // One given without the other reaches validate_saved, which names the missing view.
+    const auto maybe = [](const std::optional<Array>& a, const char* name) {
+        return a ? view_of(*a, name) : TensorView{};
+    };
+    const ExpertsSaved saved{maybe(saved_gate_up, "saved_gate_up"), maybe(saved_slot_row, "saved_slot_row")};
+    options.saved = saved_gate_up || saved_slot_row ? &saved : nullptr;
     const std::string name = backend == "auto" ? auto_backend(p) : backend;
     const Backend& b = ExpertsInterface::global().get(name);
     nb::gil_scoped_release release;

@@ -131,7 +131,6 @@ std::optional<std::string> cuda_save_refusal(const ExpertsProblem& p, cuda::Algo
     if (p.device() != Device::kCUDA) return std::string("the tensors are not on a CUDA device");
     if (algo != cuda::Algo::kGrouped) return std::string("only grouped_mm's pipeline keeps the pre-activation");
     if (auto why = cuda_unavailable()) return why;
-    if (p.quant.enabled()) return std::string("quantized weights have no backward");
     if (const char* why = cuda::backward_save_why_not(experts_args(p, nullptr))) return std::string(why);
     return std::nullopt;
 }

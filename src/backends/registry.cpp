@@ -17,6 +17,18 @@ std::shared_ptr<const Backend> make_sonicmoe();
 
 }  // namespace backends
 
+namespace {
+
+// A run() with RunOptions::saved: the backend must keep the activations for this problem, into valid views.
+void check_saved(const Backend& b, const ExpertsProblem& problem, const ExpertsSaved& saved) {
+    if (auto why = b.save_refusal(problem))
+        fail(ErrorCode::kUnsupported,
+             "experts backend `" + std::string(b.name()) + "` cannot keep the forward's activations here: " + *why);
+    validate_saved(problem, saved);
+}
+
+}  // namespace
+
 ExpertsInterface& ExpertsInterface::global() {
     static ExpertsInterface* registry = [] {
         auto* r = new ExpertsInterface();
@@ -72,7 +84,7 @@ std::string ExpertsInterface::valid_names_text() const {
 void ExpertsInterface::run(std::string_view name, const ExpertsProblem& problem, const TensorView& out,
                            const RunOptions& options) const {
     const Backend& b = get(name);
-    if (options.saved) b.check_runnable(problem, out, options);  // a backend's own run() may not look at saved
+    if (options.saved) check_saved(b, problem, *options.saved);  // a backend's own run() may not look at saved
     b.run(problem, out, options);
 }
 
@@ -99,11 +111,7 @@ void Backend::check_runnable(const ExpertsProblem& problem, const TensorView& ou
     problem.validate();
     problem.validate_output(out);
     if (auto why = why_not(problem)) fail(ErrorCode::kUnsupported, *why);
-    if (options.saved == nullptr) return;
-    if (auto why = save_refusal(problem))
-        fail(ErrorCode::kUnsupported,
-             "experts backend `" + std::string(name()) + "` cannot keep the forward's activations here: " + *why);
-    validate_saved(problem, *options.saved);
+    if (options.saved) check_saved(*this, problem, *options.saved);
 }
 
 std::optional<std::string> Backend::save_refusal(const ExpertsProblem& problem) const {
