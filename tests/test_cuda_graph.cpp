@@ -31,13 +31,23 @@ TEST(CudaGraph, HostSynchronizationIsReported) {
 
 #if MOEX_WITH_CUDA
 
-TEST(BatchedConfig, ChunkCoversEveryRowOfAnExpertUpTo64Tokens) {
+TEST(BatchedConfig, ChunkCoversTheRowsAnExpertGets) {
     using cuda::batched::choose_nt;
-    for (int64_t T = 1; T <= 64; ++T) {
-        EXPECT_GE(8 * choose_nt(T), T) << "T=" << T;  // one chunk per expert: weights stream once
-        EXPECT_TRUE(choose_nt(T) == 1 || 8 * choose_nt(T) / 2 < T) << "T=" << T;  // and no larger than needed
+    unsetenv("MOEX_BATCHED_NT");
+    for (int64_t T = 1; T <= 64; ++T) {  // every row to one expert (k = E = 1): the chunk holds all T
+        EXPECT_GE(8 * choose_nt(T, 1, 1), T) << "T=" << T;
+        EXPECT_TRUE(choose_nt(T, 1, 1) == 1 || 8 * choose_nt(T, 1, 1) / 2 < T) << "T=" << T;  // and no more
     }
-    EXPECT_EQ(choose_nt(100000), 8);
+    EXPECT_EQ(choose_nt(100000, 1, 1), 8);
+    // Uniform top-k at T = 64: deepseek-v3 (8 of 256: 2 rows an expert on average), qwen3 (8 of 128: 4),
+    // mixtral (2 of 8: 16) get chunks of 8, 16 and 32 rows.
+    EXPECT_EQ(choose_nt(64, 8, 256), 1);
+    EXPECT_EQ(choose_nt(64, 8, 128), 2);
+    EXPECT_EQ(choose_nt(64, 2, 8), 4);
+    EXPECT_EQ(choose_nt(1, 8, 256), 1);
+    setenv("MOEX_BATCHED_NT", "8", 1);
+    EXPECT_EQ(choose_nt(1, 8, 256), 8);
+    unsetenv("MOEX_BATCHED_NT");
 }
 
 TEST(BatchedConfig, SplitsAndSharedMemoryAreValid) {

@@ -83,6 +83,11 @@ __device__ __forceinline__ float promo_scale(const WeightScales& s, int64_t e, i
     if (s.format == QuantFormat::kFp8) return weight_scale(s, e, r, c);
     return s.global != nullptr ? s.global[e] : 1.0f;
 }
+// The same from a scale word loaded ahead (fp8: weight_scale_word of the weight's block; fp4: the word is unused).
+__device__ __forceinline__ float promo_scale_of_word(const WeightScales& s, int64_t e, uint32_t w) {
+    const float v = s.format == QuantFormat::kFp8 ? decode_scale_word(s, w) : 1.0f;
+    return s.global != nullptr ? v * s.global[e] : v;
+}
 
 // Four e4m3 codes (one 32-bit word, lowest byte first) and eight e2m1 codes (one word, lowest nibble first),
 // the e2m1 ones times their fold scale `sc`, in f32.

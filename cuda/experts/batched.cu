@@ -18,10 +18,18 @@
 namespace moex::cuda {
 namespace batched {
 
-int choose_nt(int64_t T) {
-    if (T <= 8) return 1;
-    if (T <= 16) return 2;
-    if (T <= 32) return 4;
+int choose_nt(int64_t T, int64_t k, int64_t E) {
+    if (const char* env = std::getenv("MOEX_BATCHED_NT")) {  // tuning override: 1, 2, 4 or 8
+        const int v = std::atoi(env);
+        if (v == 1 || v == 2 || v == 4 || v == 8) return v;
+    }
+    // An expert's rows under uniform routing: Binomial(T, k / E). Cover their mean + 4 sd (and never more than T):
+    // an expert with more rows takes another tile, which streams its weights again, but that is rare, and fewer
+    // token groups leave the registers to the loads (8 groups spilled the quantized loops).
+    const double p = std::min(1.0, double(k) / double(std::max<int64_t>(E, 1)));
+    const double rows = std::min(double(T), double(T) * p + 4.0 * std::sqrt(double(T) * p * (1.0 - p)));
+    for (int nt : {1, 2, 4})
+        if (8.0 * nt >= rows) return nt;
     return 8;
 }
 
@@ -88,7 +96,9 @@ bool deep_loads() {
 
 template <class T, Loop kLoop, int RT, int NT, int V, bool kQuant, bool kF8 = false>
 void launch_kernel(const ProjArgs& a, const ProjConfig& c, dim3 grid, cudaStream_t stream) {
-    // Unquantized 16-bit weights and at most 16 token rows per tile: 16 weight loads in flight per thread.
+    // Unquantized 16-bit weights and at most 16 token rows per tile: 16 weight loads in flight per thread. (e4m3
+    // weights on the FP8 MMAs measured slower with them, and with the next step's loads issued under this step's
+    // MMAs: RESULTS AA.)
     constexpr bool kDeepable = kLoop == Loop::kMma && !kQuant && NT <= 2 && sizeof(T) == 2;
     auto kernel = kDeepable && deep_loads() ? batched::batched_proj_kernel<T, kLoop, RT, NT, V, kQuant, kF8, kDeepable>
                                             : batched::batched_proj_kernel<T, kLoop, RT, NT, V, kQuant, kF8>;
@@ -147,7 +157,7 @@ void launch_proj_typed(const ProjArgs& a, const ProjConfig& c, dim3 grid, cudaSt
 void launch_proj(const ProjArgs& a, const ProjConfig& c, int64_t tiles_bound, DType dt, cudaStream_t s) {
     const bool gate = a.proj == Proj::kUpGate;
     const int64_t cols = gate ? ceil_div(a.out_cols, c.bw / 2) : ceil_div(a.R, c.bw);
-    MOEX_REQUIRE(cols <= 65535 && tiles_bound < (int64_t(1) << 31), ErrorCode::kUnsupported,
+    MOEX_REQUIRE(cols <= 65535 && tiles_bound < (int64_t(1) << 31) && a.R < (int64_t(1) << 31), ErrorCode::kUnsupported,
                  "batched_mm: projection too large for one grid");
     const dim3 grid{unsigned(tiles_bound), unsigned(cols), 1};
     switch (dt) {
@@ -186,7 +196,7 @@ void run_batched(const ExpertsArgs& a, cudaStream_t stream) {
     const Loop down_loop =
         pick_loop(a.dtype, a.is_transposed, a.H, a.I, false, a.down_proj, a.down_proj /*h: aligned*/);
     // Both projections walk the same tiles, so they share the chunk size (8 * nt rows).
-    const int nt = up_loop == Loop::kMma && down_loop == Loop::kMma ? batched::choose_nt(a.T) : 1;
+    const int nt = up_loop == Loop::kMma && down_loop == Loop::kMma ? batched::choose_nt(a.T, a.k, a.E) : 1;
     const int mc = 8 * nt;
     const int slots = 2 * device_state().sm_count;                     // 2 CTAs of 256 threads per SM
     const double miss = std::max(0.0, 1.0 - double(a.k) / double(E));  // P(an expert misses one token)

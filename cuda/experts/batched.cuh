@@ -85,32 +85,32 @@ struct Tile {
 };
 
 // Quantized weights read V vectors per 16-byte load (V = 1: quant.cuh's load_quant8, 8 codes from 8 or 4 bytes).
-// V = 2 (e4m3) or 4 (e2m1): the load `raw` holds 8V codes of weights (e, p, k ..) and out[v] gets weights
-// k + 8v .. k + 8v + 7 as code * fold_scale in T, the layout of one 16-byte load of the bf16 loop.
+// V = 2 (e4m3) or 4 (e2m1): the load `raw` holds 8V codes of weights (e, p, k ..); vector v is weights
+// k + 8v .. k + 8v + 7 as code * fold in T, the layout of one 16-byte load of the bf16 loop. The loop keeps the raw
+// bytes until their MMAs and decodes one vector at a time: decoding a whole load at once held V times its registers
+// and made every quantized instance spill (up to 680 bytes a thread).
 template <class T, int V>
-__device__ __forceinline__ void decode16(const WeightScales& s, uint4 raw, int64_t e, int64_t p, int64_t k,
-                                         uint4 (&out)[V]) {
+__device__ __forceinline__ uint4 decode_vector(uint4 raw, int v, float fold) {
     const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-    float fold = 1.0f;
-#pragma unroll
-    for (int v = 0; v < V; ++v) {
-        if constexpr (V == 4) {  // e2m1: word v holds weights 8v .. 8v + 7; FP4 scale blocks are >= 16 along K
-            if (v % 2 == 0) fold = fold_scale(s, e, p, k + 8 * v);
-            if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-                out[v] = e2m1x8_to_bf16(w[v], __float2bfloat162_rn(fold));
-                continue;
-            }
-        }
-        float f[8];
-        if constexpr (V == 2)  // e4m3: bytes 8v .. 8v + 7
-            e4m3x4_to_f32(w[2 * v], f), e4m3x4_to_f32(w[2 * v + 1], f + 4);
-        else
-            e2m1x8_to_f32(w[v], fold, f);
-        out[v] = pack8<T>(f);
-    }
+    if constexpr (V == 4 && std::is_same_v<T, __nv_bfloat16>) return e2m1x8_to_bf16(w[v], __float2bfloat162_rn(fold));
+    float f[8];
+    if constexpr (V == 2)  // e4m3: bytes 8v .. 8v + 7
+        e4m3x4_to_f32(w[2 * v], f), e4m3x4_to_f32(w[2 * v + 1], f + 4);
+    else
+        e2m1x8_to_f32(w[v], fold, f);
+    return pack8<T>(f);
 }
 
-// ---- main loop 1: mma.sync, K-major weights (kQuant: codes decoded in the load). Partial sums ->
+// One k step's weight loads in registers: kSteps 32V-deep sub-steps x RT tiles x 2 rows of 16 B, and for e2m1 the
+// scale bytes of each load's two 16-code blocks.
+template <int U, int RT, bool kFold>
+struct StepLoads {
+    static constexpr int kSteps = U;
+    uint4 w[U][RT][2];
+    uint32_t fold[kFold ? U : 1][kFold ? RT : 1][2][2];
+};
+
+// ---- main loop 1: mma.sync, K-major weights (kQuant: codes decoded just before their MMAs). Partial sums ->
 // sacc[ks][row][token] (pitch mc + 1). V: 16-byte vectors of T per thread and k step (V > 1: quantized codes, one
 // 16-byte load of 8V codes feeds V vectors, and a k step is 32V deep). kF8 (V = 2, a.x_e4m3): e4m3 weights and
 // activations straight into the FP8 MMA, the same 16 codes per thread and k step.
@@ -126,21 +126,19 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
     const char* X = static_cast<const char*>(a.X);
     const int64_t row_bytes = quant_row_bytes(a.scales.format, a.K);
 
-    const T* wp[RT][2];
-    const uint8_t* wq[RT][2];  // kQuant: the row's codes
-    int64_t wrow[RT][2];
+    const T* wp[kQuant ? 1 : RT][2];        // the row's first weight of this thread (nullptr: row absent)
+    const uint8_t* wq[kQuant ? RT : 1][2];  // kQuant: the row's codes (nullptr: row absent)
+    int32_t wrow[RT][2];                    // the physical weight row (-1: absent); launch_proj checks R < 2^31
 #pragma unroll
     for (int t = 0; t < RT; ++t)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int64_t p = map(rg * 16 * RT + t * 16 + g + 8 * h);
-            wrow[t][h] = p;
+            wrow[t][h] = int32_t(p);
             if constexpr (kQuant) {
                 wq[t][h] =
                     p >= 0 ? static_cast<const uint8_t*>(a.W) + (int64_t(tile.e) * a.R + p) * row_bytes : nullptr;
-                wp[t][h] = p >= 0 ? W : nullptr;  // non-null marks the row as present
             } else {
-                wq[t][h] = nullptr;
                 wp[t][h] = p >= 0 ? W + p * a.K + 8 * q : nullptr;
             }
         }
@@ -160,24 +158,32 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
     const int64_t kchunk = (a.K + a.ks - 1) / a.ks;
     const int64_t kc = (kchunk + 32 * V - 1) / (32 * V) * (32 * V);  // split points on k step boundaries
     const int64_t k_begin = ks * kc, k_end = min(a.K, k_begin + kc);
-    // 32-element k steps per iteration: 8 weight loads of 16 B in flight per thread, 16 with kDeep (few token rows
-    // leave the registers for it; at T = 1 a CTA with 8 loads per thread keeps ~32 KiB in flight, too little to
-    // stream at the bandwidth from the 1-2 CTAs an SM holds).
-    constexpr int kU = (RT == 1 ? 4 : 2) * (kDeep ? 2 : 1);
+    // kU 32V-deep sub-steps per k step, each RT x 2 weight loads of 16 B per thread: 8 loads in flight, 16 with kDeep
+    // (few token rows leave the registers for it; at T = 1 a CTA with 8 loads per thread keeps ~32 KiB in flight, too
+    // little to stream at the bandwidth from the 1-2 CTAs an SM holds). Quantized weights with 4 or 8 token groups
+    // take 4: their per-slice partial sums double the accumulators, and 8 loads spilled them.
+    constexpr int kU = kQuant && NT >= 4 ? 2 / RT : (RT == 1 ? 4 : 2) * (kDeep ? 2 : 1);
+    constexpr int kVecs = kF8 ? 1 : V;        // vectors one load feeds to the MMAs (kF8: all 16 codes at once)
+    constexpr bool kFold = kQuant && V == 4;  // e2m1: each load's codes carry their fold scales (2 blocks of 16)
     const uint4 zero = {0, 0, 0, 0};
 
     // kQuant: each 32-wide k step goes into tmp, promoted onto acc at the end of each K slice (and of the split):
-    // acc += tmp * x_scale(token row, slice) * promo_scale(weight row, slice).
+    // acc += tmp * x_scale(token row, slice) * promo_scale(weight row, slice). The weight scale words of a slice
+    // are loaded one slice ahead (at the previous promotion), so their latency (HBM on first touch) hides under a
+    // slice of MMAs instead of stalling each promotion.
     float tmp[kQuant ? RT : 1][kQuant ? NT : 1][4] = {};
     const int64_t k_slice = kQuant ? promotion_group(a.scales, a.K) : a.K, slices = a.K / k_slice;
-    int64_t xrow[NT][2];  // kQuant: X row of tokens 8c + 2q, 8c + 2q + 1 (-1: none)
+    uint32_t sw_word[kQuant ? RT : 1][2];  // kQuant: the next promotion's weight scale words (0: row absent)
+    auto load_promo_words = [&](int64_t slice) {
 #pragma unroll
-    for (int c = 0; c < NT; ++c)
+        for (int t = 0; t < (kQuant ? RT : 1); ++t)
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            const int i = 8 * c + 2 * q + j;
-            xrow[c][j] = i < tile.nrows ? int64_t(a.row_slot[tile.row0 + i] / a.x_div) : -1;
-        }
+            for (int h = 0; h < 2; ++h)
+                sw_word[t][h] = wrow[t][h] >= 0 && slice < slices && a.scales.format == QuantFormat::kFp8
+                                    ? weight_scale_word(a.scales, tile.e, wrow[t][h], slice * k_slice)
+                                    : 0u;
+    };
+    if constexpr (kQuant) load_promo_words(k_begin / k_slice);
     auto promote = [&](int64_t k_at) {  // k_at: a K inside the slice
         const int64_t slice = k_at / k_slice;
         float sw[RT][2], sx[NT][2];
@@ -185,14 +191,18 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
         for (int t = 0; t < RT; ++t)
 #pragma unroll
             for (int h = 0; h < 2; ++h)
-                sw[t][h] = wrow[t][h] >= 0 ? promo_scale(a.scales, tile.e, wrow[t][h], slice * k_slice) : 0.0f;
+                sw[t][h] = wrow[t][h] >= 0 ? promo_scale_of_word(a.scales, tile.e, sw_word[t][h]) : 0.0f;
+        load_promo_words(slice + 1);
 #pragma unroll
         for (int c = 0; c < NT; ++c)
 #pragma unroll
-            for (int j = 0; j < 2; ++j)
-                sx[c][j] = xrow[c][j] < 0          ? 0.0f
-                           : a.x_scales != nullptr ? a.x_scales[xrow[c][j] * slices + slice]
-                                                   : 1.0f;
+            for (int j = 0; j < 2; ++j) {  // tokens 8c + 2q + j: their X rows read here (L1), not kept in registers
+                const int i = 8 * c + 2 * q + j;
+                sx[c][j] = i >= tile.nrows ? 0.0f
+                           : a.x_scales != nullptr
+                               ? a.x_scales[int64_t(a.row_slot[tile.row0 + i] / a.x_div) * slices + slice]
+                               : 1.0f;
+            }
 #pragma unroll
         for (int t = 0; t < RT; ++t)
 #pragma unroll
@@ -204,10 +214,12 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
                 }
     };
 
-    auto step = [&](int64_t k, auto u_const, auto guarded_const) {
-        constexpr int U = decltype(u_const)::value;
+    // A k step's loads: issue() fills `b` (16 B of weights per (u, t, h); quantized V > 1: raw codes, V == 1: the 8
+    // codes decoded by load_quant8; e2m1: the scale bytes of each load's two 16-code blocks), consume() runs its
+    // MMAs and promotions.
+    auto issue = [&](auto& b, int64_t k, auto guarded_const) {
+        constexpr int U = std::remove_reference_t<decltype(b)>::kSteps;
         constexpr bool kGuard = decltype(guarded_const)::value;
-        uint4 wv[U][RT][2][V];
 #pragma unroll
         for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -215,43 +227,67 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int64_t kk = k + 32 * V * u + 8 * V * q;  // this thread's first weight of the step
-                    const bool ok = wp[t][h] != nullptr && (!kGuard || kk < k_end);
-                    if constexpr (kF8) {
-                        wv[u][t][h][0] = ok ? ld_stream16<true>(wq[t][h] + kk) : zero;
-                    } else if constexpr (kQuant && V > 1) {
+                    const bool ok =
+                        (kQuant ? wrow[t][h] >= 0 : wp[kQuant ? 0 : t][h] != nullptr) && (!kGuard || kk < k_end);
+                    if constexpr (kF8 || (kQuant && V > 1)) {
                         const int64_t byte = a.scales.format == QuantFormat::kFp8 ? kk : kk / 2;
-                        const uint4 raw = ok ? ld_stream16<true>(wq[t][h] + byte) : zero;
-                        decode16<T, V>(a.scales, raw, tile.e, wrow[t][h] < 0 ? 0 : wrow[t][h], kk, wv[u][t][h]);
+                        b.w[u][t][h] = ok ? ld_stream16<true>(wq[kQuant ? t : 0][h] + byte) : zero;
+                        if constexpr (kFold)
+#pragma unroll
+                            for (int i = 0; i < 2; ++i)
+                                b.fold[u][t][h][i] =
+                                    ok ? weight_scale_word(a.scales, tile.e, wrow[t][h], kk + 16 * i) : 0u;
                     } else if constexpr (kQuant) {
-                        wv[u][t][h][0] = ok ? load_quant8<T>(a.scales, wq[t][h], tile.e, wrow[t][h], kk) : zero;
+                        b.w[u][t][h] =
+                            ok ? load_quant8<T>(a.scales, wq[kQuant ? t : 0][h], tile.e, wrow[t][h], kk) : zero;
                     } else {
-                        wv[u][t][h][0] = ok ? ld_stream16<true>(wp[t][h] + k + 32 * u) : zero;
+                        b.w[u][t][h] = ok ? ld_stream16<true>(wp[kQuant ? 0 : t][h] + k + 32 * u) : zero;
                     }
                 }
+    };
+    auto consume = [&](const auto& b, int64_t k, auto guarded_const) {
+        constexpr int U = std::remove_reference_t<decltype(b)>::kSteps;
+        constexpr bool kGuard = decltype(guarded_const)::value;
 #pragma unroll
         for (int u = 0; u < U; ++u) {
 #pragma unroll
-            for (int c = 0; c < NT; ++c) {
-                if (8 * c >= tile.nrows) continue;  // CTA-uniform: no MMA for empty token groups
-                const bool ok = xp[c] != nullptr && (!kGuard || k + 32 * V * u + 8 * V * q < k_end);
-                if constexpr (kF8) {  // 16 codes of token 8c + g: two FP8 MMAs per weight row pair
-                    const uint4 xv = ok ? __ldg(reinterpret_cast<const uint4*>(xp[c] + k + 64 * u)) : zero;
+            for (int v = 0; v < kVecs; ++v) {
+                // This vector of each weight row: decoded from the raw codes (quantized, V > 1) or as loaded.
+                uint4 wd[RT][2];
 #pragma unroll
-                    for (int t = 0; t < RT; ++t) {
-                        const uint4 &w0 = wv[u][t][0][0], &w1 = wv[u][t][1][0];
-                        mma_e4m3(tmp[t][c], w0.x, w1.x, w0.y, w1.y, xv.x, xv.y);
-                        mma_e4m3(tmp[t][c], w0.z, w1.z, w0.w, w1.w, xv.z, xv.w);
+                for (int t = 0; t < RT; ++t)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        if constexpr (kQuant && V > 1 && !kF8) {
+                            float fold = 1.0f;
+                            if constexpr (kFold)
+                                fold = a.scales.format == QuantFormat::kNvfp4 ? e4m3_to_f32(b.fold[u][t][h][v / 2])
+                                                                              : ue8m0_to_f32(b.fold[u][t][h][v / 2]);
+                            wd[t][h] = decode_vector<T, V>(b.w[u][t][h], v, fold);
+                        } else {
+                            wd[t][h] = b.w[u][t][h];
+                        }
                     }
-                } else {
 #pragma unroll
-                    for (int v = 0; v < V; ++v) {
+                for (int c = 0; c < NT; ++c) {
+                    if (8 * c >= tile.nrows) continue;  // CTA-uniform: no MMA for empty token groups
+                    const bool ok = xp[c] != nullptr && (!kGuard || k + 32 * V * u + 8 * V * q < k_end);
+                    if constexpr (kF8) {  // 16 codes of token 8c + g: two FP8 MMAs per weight row pair
+                        const uint4 xv = ok ? __ldg(reinterpret_cast<const uint4*>(xp[c] + k + 64 * u)) : zero;
+#pragma unroll
+                        for (int t = 0; t < RT; ++t) {
+                            const uint4 &w0 = wd[t][0], &w1 = wd[t][1];
+                            mma_e4m3(tmp[t][c], w0.x, w1.x, w0.y, w1.y, xv.x, xv.y);
+                            mma_e4m3(tmp[t][c], w0.z, w1.z, w0.w, w1.w, xv.z, xv.w);
+                        }
+                    } else {
                         const uint4 xv =
                             ok ? __ldg(reinterpret_cast<const uint4*>(xp[c] + (k + 32 * V * u + 8 * v) * kXBytes))
                                : zero;
 #pragma unroll
                         for (int t = 0; t < RT; ++t) {
                             float(&d)[4] = kQuant ? tmp[kQuant ? t : 0][kQuant ? c : 0] : acc[t][c];
-                            const uint4 &w0 = wv[u][t][0][v], &w1 = wv[u][t][1][v];
+                            const uint4 &w0 = wd[t][0], &w1 = wd[t][1];
                             mma16816<T>(d, w0.x, w1.x, w0.y, w1.y, xv.x, xv.y);
                             mma16816<T>(d, w0.z, w1.z, w0.w, w1.w, xv.z, xv.w);
                         }
@@ -264,10 +300,18 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
             }
         }
     };
+    constexpr int64_t kStep = 32 * V * kU;
     int64_t k = k_begin;
-    for (; k + 32 * V * kU <= k_end; k += 32 * V * kU) step(k, std::integral_constant<int, kU>{}, std::false_type{});
-    for (; k < k_end; k += 32 * V) step(k, std::integral_constant<int, 1>{}, std::true_type{});
-
+    for (; k + kStep <= k_end; k += kStep) {
+        StepLoads<kU, RT, kFold> b;
+        issue(b, k, std::false_type{});
+        consume(b, k, std::false_type{});
+    }
+    for (; k < k_end; k += 32 * V) {
+        StepLoads<1, RT, kFold> b;
+        issue(b, k, std::true_type{});
+        consume(b, k, std::true_type{});
+    }
     float* base = sacc + int64_t(ks) * bw * (kMc + 1);
 #pragma unroll
     for (int t = 0; t < RT; ++t)

@@ -22,9 +22,10 @@ struct ProjConfig {
     size_t smem;
 };
 
-// Chunk rows (tile_rows of the routing) shared by both projections: 8 * nt. For T <= 64 a chunk holds every row an
-// expert can get (T, without duplicate ids), so each touched expert's weights stream exactly once.
-int choose_nt(int64_t T);
+// Chunk rows (tile_rows of the routing) shared by both projections: 8 * nt, enough for an expert's rows under uniform
+// top-k of E routing (mean + 4 sd, at most T); an expert with more takes another chunk and streams its weights again.
+// With k = E = 1 every row goes to one expert: the chunk then holds T rows (up to 64). MOEX_BATCHED_NT overrides it.
+int choose_nt(int64_t T, int64_t k, int64_t E);
 // kMma only: the K split (1, 2, 4, 8) with the smallest modelled streaming time (waves of `slots` CTAs, HBM vs.
 // per-CTA bandwidth, ramp-up per wave). MOEX_BATCHED_KS overrides it (tuning).
 int choose_ks(int64_t rows_per_expert, int64_t K, double experts_touched, int rt, int slots);
