@@ -18,11 +18,17 @@
 namespace moex::cuda {
 namespace batched {
 
+namespace {
+// A tuning override from the environment: 1, 2, 4 or 8, else 0 (unset or anything else).
+int env_override(const char* name) {
+    const char* env = std::getenv(name);
+    const int v = env != nullptr ? std::atoi(env) : 0;
+    return v == 1 || v == 2 || v == 4 || v == 8 ? v : 0;
+}
+}  // namespace
+
 int choose_nt(int64_t T, int64_t k, int64_t E) {
-    if (const char* env = std::getenv("MOEX_BATCHED_NT")) {  // tuning override: 1, 2, 4 or 8
-        const int v = std::atoi(env);
-        if (v == 1 || v == 2 || v == 4 || v == 8) return v;
-    }
+    if (const int v = env_override("MOEX_BATCHED_NT")) return v;
     // An expert's rows under uniform routing: Binomial(T, k / E). Cover their mean + 4 sd (and never more than T):
     // an expert with more rows takes another tile, which streams its weights again, but that is rare, and fewer
     // token groups leave the registers to the loads (8 groups spilled the quantized loops).
@@ -34,10 +40,7 @@ int choose_nt(int64_t T, int64_t k, int64_t E) {
 }
 
 int choose_ks(int64_t rows_per_expert, int64_t K, double experts_touched, int rt, int slots) {
-    if (const char* env = std::getenv("MOEX_BATCHED_KS")) {  // tuning override: 1, 2, 4 or 8
-        const int v = std::atoi(env);
-        if (v == 1 || v == 2 || v == 4 || v == 8) return v;
-    }
+    if (const int v = env_override("MOEX_BATCHED_KS")) return v;
     // A streaming model of the projection: CTAs run in waves of `slots`; a wave of n CTAs moves n * bytes at
     // min(HBM, n * per-CTA rate) (a CTA keeps 32 KiB of loads in flight: ~25 GB/s at ~1.3 us loaded latency), and
     // each wave pays ~2 us of ramp-up and epilogue. Pick the K split with the smallest modelled time.
