@@ -253,21 +253,27 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
 #pragma unroll
             for (int v = 0; v < kVecs; ++v) {
                 // This vector of each weight row: decoded from the raw codes (quantized, V > 1) or as loaded.
-                uint4 wd[RT][2];
+                constexpr bool kDecode = kQuant && V > 1 && !kF8;
+                [[maybe_unused]] uint4 wd[kDecode ? RT : 1][2];
+                if constexpr (kDecode) {
 #pragma unroll
-                for (int t = 0; t < RT; ++t)
+                    for (int t = 0; t < RT; ++t)
 #pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        if constexpr (kQuant && V > 1 && !kF8) {
+                        for (int h = 0; h < 2; ++h) {
                             float fold = 1.0f;
                             if constexpr (kFold)
                                 fold = a.scales.format == QuantFormat::kNvfp4 ? e4m3_to_f32(b.fold[u][t][h][v / 2])
                                                                               : ue8m0_to_f32(b.fold[u][t][h][v / 2]);
                             wd[t][h] = decode_vector<T, V>(b.w[u][t][h], v, fold);
-                        } else {
-                            wd[t][h] = b.w[u][t][h];
                         }
-                    }
+                }
+                // The vector the MMAs take: decoded above, or the load itself.
+                auto w_of = [&](int t, int h) -> const uint4& {
+                    if constexpr (kDecode)
+                        return wd[t][h];
+                    else
+                        return b.w[u][t][h];
+                };
 #pragma unroll
                 for (int c = 0; c < NT; ++c) {
                     if (8 * c >= tile.nrows) continue;  // CTA-uniform: no MMA for empty token groups
@@ -276,7 +282,7 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
                         const uint4 xv = ok ? __ldg(reinterpret_cast<const uint4*>(xp[c] + k + 64 * u)) : zero;
 #pragma unroll
                         for (int t = 0; t < RT; ++t) {
-                            const uint4 &w0 = wd[t][0], &w1 = wd[t][1];
+                            const uint4 &w0 = w_of(t, 0), &w1 = w_of(t, 1);
                             mma_e4m3(tmp[t][c], w0.x, w1.x, w0.y, w1.y, xv.x, xv.y);
                             mma_e4m3(tmp[t][c], w0.z, w1.z, w0.w, w1.w, xv.z, xv.w);
                         }
@@ -287,7 +293,7 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
 #pragma unroll
                         for (int t = 0; t < RT; ++t) {
                             float(&d)[4] = kQuant ? tmp[kQuant ? t : 0][kQuant ? c : 0] : acc[t][c];
-                            const uint4 &w0 = wd[t][0], &w1 = wd[t][1];
+                            const uint4 &w0 = w_of(t, 0), &w1 = w_of(t, 1);
                             mma16816<T>(d, w0.x, w1.x, w0.y, w1.y, xv.x, xv.y);
                             mma16816<T>(d, w0.z, w1.z, w0.w, w1.w, xv.z, xv.w);
                         }
