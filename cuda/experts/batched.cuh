@@ -105,7 +105,6 @@ __device__ __forceinline__ uint4 decode_vector(uint4 raw, int v, float fold) {
 // scale bytes of each load's two 16-code blocks.
 template <int U, int RT, bool kFold>
 struct StepLoads {
-    static constexpr int kSteps = U;
     uint4 w[U][RT][2];
     uint32_t fold[kFold ? U : 1][kFold ? RT : 1][2][2];
 };
@@ -214,12 +213,12 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
                 }
     };
 
-    // A k step's loads: issue() fills `b` (16 B of weights per (u, t, h); quantized V > 1: raw codes, V == 1: the 8
-    // codes decoded by load_quant8; e2m1: the scale bytes of each load's two 16-code blocks), consume() runs its
-    // MMAs and promotions.
-    auto issue = [&](auto& b, int64_t k, auto guarded_const) {
-        constexpr int U = std::remove_reference_t<decltype(b)>::kSteps;
+    // One k step: every load first (16 B of weights per (u, t, h); quantized V > 1: raw codes, V == 1: the 8 codes
+    // decoded by load_quant8; e2m1: the scale bytes of each load's two 16-code blocks), then the MMAs and promotions.
+    auto step = [&](int64_t k, auto u_const, auto guarded_const) {
+        constexpr int U = decltype(u_const)::value;
         constexpr bool kGuard = decltype(guarded_const)::value;
+        StepLoads<U, RT, kFold> b;
 #pragma unroll
         for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -244,10 +243,6 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
                         b.w[u][t][h] = ok ? ld_stream16<true>(wp[kQuant ? 0 : t][h] + k + 32 * u) : zero;
                     }
                 }
-    };
-    auto consume = [&](const auto& b, int64_t k, auto guarded_const) {
-        constexpr int U = std::remove_reference_t<decltype(b)>::kSteps;
-        constexpr bool kGuard = decltype(guarded_const)::value;
 #pragma unroll
         for (int u = 0; u < U; ++u) {
 #pragma unroll
@@ -308,16 +303,8 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
     };
     constexpr int64_t kStep = 32 * V * kU;
     int64_t k = k_begin;
-    for (; k + kStep <= k_end; k += kStep) {
-        StepLoads<kU, RT, kFold> b;
-        issue(b, k, std::false_type{});
-        consume(b, k, std::false_type{});
-    }
-    for (; k < k_end; k += 32 * V) {
-        StepLoads<1, RT, kFold> b;
-        issue(b, k, std::true_type{});
-        consume(b, k, std::true_type{});
-    }
+    for (; k + kStep <= k_end; k += kStep) step(k, std::integral_constant<int, kU>{}, std::false_type{});
+    for (; k < k_end; k += 32 * V) step(k, std::integral_constant<int, 1>{}, std::true_type{});
     float* base = sacc + int64_t(ks) * bw * (kMc + 1);
 #pragma unroll
     for (int t = 0; t < RT; ++t)
