@@ -79,14 +79,13 @@ __device__ __forceinline__ float fold_scale(const WeightScales& s, int64_t e, in
     const uint32_t b = static_cast<const uint8_t*>(s.data)[scale_index(s, e, r, c)];
     return s.format == QuantFormat::kNvfp4 ? e4m3_to_f32(b) : ue8m0_to_f32(b);
 }
-__device__ __forceinline__ float promo_scale(const WeightScales& s, int64_t e, int64_t r, int64_t c) {
-    if (s.format == QuantFormat::kFp8) return weight_scale(s, e, r, c);
-    return s.global != nullptr ? s.global[e] : 1.0f;
-}
-// The same from a scale word loaded ahead (fp8: weight_scale_word of the weight's block; fp4: the word is unused).
+// promo_scale from a scale word loaded ahead (fp8: weight_scale_word of the weight's block; fp4: the word is unused).
 __device__ __forceinline__ float promo_scale_of_word(const WeightScales& s, int64_t e, uint32_t w) {
     const float v = s.format == QuantFormat::kFp8 ? decode_scale_word(s, w) : 1.0f;
     return s.global != nullptr ? v * s.global[e] : v;
+}
+__device__ __forceinline__ float promo_scale(const WeightScales& s, int64_t e, int64_t r, int64_t c) {
+    return promo_scale_of_word(s, e, s.format == QuantFormat::kFp8 ? weight_scale_word(s, e, r, c) : 0u);
 }
 
 // Four e4m3 codes (one 32-bit word, lowest byte first) and eight e2m1 codes (one word, lowest nibble first),
