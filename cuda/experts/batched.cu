@@ -124,7 +124,9 @@ void launch_mma(const ProjArgs& a, const ProjConfig& c, dim3 grid, cudaStream_t 
 
 int quant_vectors(const WeightScales& s, int64_t K) {
     if (s.format == QuantFormat::kFp8) return K % 64 == 0 && promotion_group(s, K) % 64 == 0 ? 2 : 1;
-    return K % 128 == 0 ? 4 : 1;
+    // e2m1: a 16-byte load holds 32 codes, one mxfp4 scale byte or two nvfp4 ones (read as one aligned uint16).
+    const bool scales_aligned = s.format != QuantFormat::kNvfp4 || reinterpret_cast<uintptr_t>(s.data) % 2 == 0;
+    return K % 128 == 0 && scales_aligned ? 4 : 1;
 }
 
 template <class T, bool kQuant>

@@ -88,32 +88,36 @@ struct Tile {
 // V = 2 (e4m3) or 4 (e2m1): the load `raw` holds 8V codes of weights (e, p, k ..); vector v is weights
 // k + 8v .. k + 8v + 7 as code * fold in T, the layout of one 16-byte load of the bf16 loop. The loop keeps the raw
 // bytes until their MMAs and decodes one vector at a time: decoding a whole load at once held V times its registers
-// and made every quantized instance spill (up to 680 bytes a thread).
-template <class T, int V>
-__device__ __forceinline__ uint4 decode_vector(uint4 raw, int v, float fold) {
+// and made every quantized instance spill (up to 680 bytes a thread). e2m1 (V = 4): `folds` holds the load's fold
+// scale bytes as stored, one ue8m0 byte for its 32 codes (mxfp4) or an e4m3 byte per 16 (kNvfp4, lowest first).
+template <class T, int V, bool kNvfp4>
+__device__ __forceinline__ uint4 decode_vector(uint4 raw, int v, uint32_t folds) {
     const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-    if constexpr (V == 4 && std::is_same_v<T, __nv_bfloat16>) return e2m1x8_to_bf16(w[v], __float2bfloat162_rn(fold));
+    const uint32_t fold_byte = kNvfp4 ? folds >> (8 * (v / 2)) : folds;
+    if constexpr (V == 4 && std::is_same_v<T, __nv_bfloat16>)
+        return e2m1x8_to_bf16(w[v], e2m1_fold_bf16x2<kNvfp4>(fold_byte));
     float f[8];
     if constexpr (V == 2)  // e4m3: bytes 8v .. 8v + 7
         e4m3x4_to_f32(w[2 * v], f), e4m3x4_to_f32(w[2 * v + 1], f + 4);
     else
-        e2m1x8_to_f32(w[v], fold, f);
+        e2m1x8_to_f32(w[v], kNvfp4 ? e4m3_to_f32(fold_byte) : ue8m0_to_f32(fold_byte), f);
     return pack8<T>(f);
 }
 
 // One k step's weight loads in registers: kSteps 32V-deep sub-steps x RT tiles x 2 rows of 16 B, and for e2m1 the
-// scale bytes of each load's two 16-code blocks.
+// fold scale bytes of each load (decode_vector's `folds`).
 template <int U, int RT, bool kFold>
 struct StepLoads {
     uint4 w[U][RT][2];
-    uint32_t fold[kFold ? U : 1][kFold ? RT : 1][2][2];
+    uint32_t folds[kFold ? U : 1][kFold ? RT : 1][2];
 };
 
 // ---- main loop 1: mma.sync, K-major weights (kQuant: codes decoded just before their MMAs). Partial sums ->
 // sacc[ks][row][token] (pitch mc + 1). V: 16-byte vectors of T per thread and k step (V > 1: quantized codes, one
 // 16-byte load of 8V codes feeds V vectors, and a k step is 32V deep). kF8 (V = 2, a.x_e4m3): e4m3 weights and
-// activations straight into the FP8 MMA, the same 16 codes per thread and k step.
-template <class T, int RT, int NT, bool kQuant, int V, bool kF8, bool kDeep>
+// activations straight into the FP8 MMA, the same 16 codes per thread and k step. kNvfp4 (V = 4): the e2m1 weights'
+// scales are nvfp4's (else mxfp4's).
+template <class T, int RT, int NT, bool kQuant, int V, bool kF8, bool kDeep, bool kNvfp4 = false>
 __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, const RowMap& map, float* sacc, int bw) {
     static_assert(!kF8 || (kQuant && V == 2), "the FP8 MMA loop reads 16 e4m3 codes per thread and k step");
     constexpr int64_t kXBytes = kF8 ? 1 : sizeof(T);  // bytes of one X element
@@ -125,9 +129,11 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
     const char* X = static_cast<const char*>(a.X);
     const int64_t row_bytes = quant_row_bytes(a.scales.format, a.K);
 
-    const T* wp[kQuant ? 1 : RT][2];        // the row's first weight of this thread (nullptr: row absent)
-    const uint8_t* wq[kQuant ? RT : 1][2];  // kQuant: the row's codes (nullptr: row absent)
-    int32_t wrow[RT][2];                    // the physical weight row (-1: absent); launch_proj checks R < 2^31
+    const T* wp[kQuant ? 1 : RT][2];          // the row's first weight of this thread (nullptr: row absent)
+    const uint8_t* wq[kQuant ? RT : 1][2];    // kQuant: the row's codes (nullptr: row absent)
+    constexpr bool kFold = kQuant && V == 4;  // e2m1: each load's codes carry their fold scale bytes
+    const uint8_t* fq[kFold ? RT : 1][2];     // kFold: the row's scale bytes, from this thread's first block
+    int32_t wrow[RT][2];                      // the physical weight row (-1: absent); launch_proj checks R < 2^31
 #pragma unroll
     for (int t = 0; t < RT; ++t)
 #pragma unroll
@@ -137,10 +143,23 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
             if constexpr (kQuant) {
                 wq[t][h] =
                     p >= 0 ? static_cast<const uint8_t*>(a.W) + (int64_t(tile.e) * a.R + p) * row_bytes : nullptr;
+                if constexpr (kFold)  // blocks of 32 codes (mxfp4) or 16 (nvfp4); the thread's first is 32q
+                    fq[t][h] =
+                        p >= 0 ? static_cast<const uint8_t*>(a.scales.data) + scale_index(a.scales, tile.e, p, 32 * q)
+                               : nullptr;
             } else {
                 wp[t][h] = p >= 0 ? W + p * a.K + 8 * q : nullptr;
             }
         }
+    // kQuant: the X rows of the tile's tokens (row_slot / x_div, -1: no such token), divided once here for the
+    // promotions' activation scales (a 64-bit division per token and promotion cost FP8 decode ~10% of its loop).
+    __shared__ int32_t x_rows[kQuant ? kMc : 1];
+    if constexpr (kQuant) {
+        if (threadIdx.x < kMc)
+            x_rows[threadIdx.x] =
+                int(threadIdx.x) < tile.nrows ? int32_t(a.row_slot[tile.row0 + threadIdx.x] / a.x_div) : -1;
+        __syncthreads();
+    }
     const char* xp[NT];  // this thread's first X element of token 8c + g, as bytes
 #pragma unroll
     for (int c = 0; c < NT; ++c) {
@@ -162,8 +181,7 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
     // little to stream at the bandwidth from the 1-2 CTAs an SM holds). Quantized weights with 4 or 8 token groups
     // take 4: their per-slice partial sums double the accumulators, and 8 loads spilled them.
     constexpr int kU = kQuant && NT >= 4 ? 2 / RT : (RT == 1 ? 4 : 2) * (kDeep ? 2 : 1);
-    constexpr int kVecs = kF8 ? 1 : V;        // vectors one load feeds to the MMAs (kF8: all 16 codes at once)
-    constexpr bool kFold = kQuant && V == 4;  // e2m1: each load's codes carry their fold scales (2 blocks of 16)
+    constexpr int kVecs = kF8 ? 1 : V;  // vectors one load feeds to the MMAs (kF8: all 16 codes at once)
     const uint4 zero = {0, 0, 0, 0};
 
     // kQuant: each 32-wide k step goes into tmp, promoted onto acc at the end of each K slice (and of the split):
@@ -173,18 +191,20 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
     float tmp[kQuant ? RT : 1][kQuant ? NT : 1][4] = {};
     const int64_t k_slice = kQuant ? promotion_group(a.scales, a.K) : a.K, slices = a.K / k_slice;
     uint32_t sw_word[kQuant ? RT : 1][2];  // kQuant: the next promotion's weight scale words (0: row absent)
-    auto load_promo_words = [&](int64_t slice) {
+    auto load_promo_words = [&](int64_t of) {
 #pragma unroll
         for (int t = 0; t < (kQuant ? RT : 1); ++t)
 #pragma unroll
             for (int h = 0; h < 2; ++h)
-                sw_word[t][h] = wrow[t][h] >= 0 && slice < slices && a.scales.format == QuantFormat::kFp8
-                                    ? weight_scale_word(a.scales, tile.e, wrow[t][h], slice * k_slice)
+                sw_word[t][h] = wrow[t][h] >= 0 && of < slices && a.scales.format == QuantFormat::kFp8
+                                    ? weight_scale_word(a.scales, tile.e, wrow[t][h], of * k_slice)
                                     : 0u;
     };
-    if constexpr (kQuant) load_promo_words(k_begin / k_slice);
-    auto promote = [&](int64_t k_at) {  // k_at: a K inside the slice
-        const int64_t slice = k_at / k_slice;
+    // The slice tmp accumulates and the K where it ends (k_slice is K or a multiple of the 32V-deep sub-step, so
+    // sub-steps never straddle a slice), tracked without a division in the loop.
+    int64_t slice = k_begin / k_slice, slice_end = min(k_end, (slice + 1) * k_slice);
+    if constexpr (kQuant) load_promo_words(slice);
+    auto promote = [&]() {
         float sw[RT][2], sx[NT][2];
 #pragma unroll
         for (int t = 0; t < RT; ++t)
@@ -195,12 +215,9 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
 #pragma unroll
         for (int c = 0; c < NT; ++c)
 #pragma unroll
-            for (int j = 0; j < 2; ++j) {  // tokens 8c + 2q + j: their X rows read here (L1), not kept in registers
-                const int i = 8 * c + 2 * q + j;
-                sx[c][j] = i >= tile.nrows ? 0.0f
-                           : a.x_scales != nullptr
-                               ? a.x_scales[int64_t(a.row_slot[tile.row0 + i] / a.x_div) * slices + slice]
-                               : 1.0f;
+            for (int j = 0; j < 2; ++j) {  // tokens 8c + 2q + j: their X rows read here, not kept in registers
+                const int32_t r = x_rows[8 * c + 2 * q + j];
+                sx[c][j] = r < 0 ? 0.0f : a.x_scales != nullptr ? a.x_scales[int64_t(r) * slices + slice] : 1.0f;
             }
 #pragma unroll
         for (int t = 0; t < RT; ++t)
@@ -211,10 +228,11 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
                     acc[t][c][i] = fmaf(tmp[t][c][i], sw[t][i / 2] * sx[c][i % 2], acc[t][c][i]);
                     tmp[t][c][i] = 0.0f;
                 }
+        ++slice, slice_end = min(k_end, slice_end + k_slice);
     };
 
     // One k step: every load first (16 B of weights per (u, t, h); quantized V > 1: raw codes, V == 1: the 8 codes
-    // decoded by load_quant8; e2m1: the scale bytes of each load's two 16-code blocks), then the MMAs and promotions.
+    // decoded by load_quant8; e2m1: each load's fold scale bytes), then the MMAs and promotions.
     auto step = [&](int64_t k, auto u_const, auto guarded_const) {
         constexpr int U = decltype(u_const)::value;
         constexpr bool kGuard = decltype(guarded_const)::value;
@@ -231,11 +249,12 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
                     if constexpr (kF8 || (kQuant && V > 1)) {
                         const int64_t byte = a.scales.format == QuantFormat::kFp8 ? kk : kk / 2;
                         b.w[u][t][h] = ok ? ld_stream16<true>(wq[kQuant ? t : 0][h] + byte) : zero;
-                        if constexpr (kFold)
-#pragma unroll
-                            for (int i = 0; i < 2; ++i)
-                                b.fold[u][t][h][i] =
-                                    ok ? weight_scale_word(a.scales, tile.e, wrow[t][h], kk + 16 * i) : 0u;
+                        if constexpr (kFold) {  // kk - k is 128u + 32q: block 4u (mxfp4) or 8u, 8u + 1 (nvfp4)
+                            const uint8_t* f = fq[t][h] + (kNvfp4 ? (k >> 4) + 8 * u : (k >> 5) + 4 * u);
+                            b.folds[u][t][h] = !ok      ? 0u
+                                               : kNvfp4 ? __ldg(reinterpret_cast<const uint16_t*>(f))
+                                                        : __ldg(f);
+                        }
                     } else if constexpr (kQuant) {
                         b.w[u][t][h] =
                             ok ? load_quant8<T>(a.scales, wq[kQuant ? t : 0][h], tile.e, wrow[t][h], kk) : zero;
@@ -255,11 +274,8 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
                     for (int t = 0; t < RT; ++t)
 #pragma unroll
                         for (int h = 0; h < 2; ++h) {
-                            float fold = 1.0f;
-                            if constexpr (kFold)
-                                fold = a.scales.format == QuantFormat::kNvfp4 ? e4m3_to_f32(b.fold[u][t][h][v / 2])
-                                                                              : ue8m0_to_f32(b.fold[u][t][h][v / 2]);
-                            wd[t][h] = decode_vector<T, V>(b.w[u][t][h], v, fold);
+                            wd[t][h] =
+                                decode_vector<T, V, kNvfp4>(b.w[u][t][h], v, b.folds[kFold ? u : 0][kFold ? t : 0][h]);
                         }
                 }
                 // The vector the MMAs take: decoded above, or the load itself.
@@ -295,10 +311,8 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
                     }
                 }
             }
-            if constexpr (kQuant) {
-                const int64_t k_next = k + 32 * V * (u + 1);  // uniform over the warp
-                if (k_next % k_slice == 0 || k_next >= k_end) promote(k + 32 * V * u);
-            }
+            if constexpr (kQuant)
+                if (k + 32 * V * (u + 1) >= slice_end) promote();  // uniform over the warp
         }
     };
     constexpr int64_t kStep = 32 * V * kU;
@@ -476,7 +490,12 @@ __global__ void __launch_bounds__(kThreads, 2) batched_proj_kernel(const __grid_
     const int w = blockIdx.x;
     if (w < *a.num_tiles) {
         const Tile tile{a.tile_expert[w], a.tile_row0[w], a.tile_nrows[w]};
-        if constexpr (kLoop == Loop::kMma) {
+        if constexpr (kLoop == Loop::kMma && kQuant && V == 4) {  // e2m1: the scale format is a loop parameter
+            if (a.scales.format == QuantFormat::kNvfp4)
+                loop_mma<T, RT, NT, kQuant, V, kF8, kDeep, true>(a, tile, map, sacc, bw);
+            else
+                loop_mma<T, RT, NT, kQuant, V, kF8, kDeep, false>(a, tile, map, sacc, bw);
+        } else if constexpr (kLoop == Loop::kMma) {
             loop_mma<T, RT, NT, kQuant, V, kF8, kDeep>(a, tile, map, sacc, bw);
         } else if constexpr (kLoop == Loop::kVecN) {
             loop_vecn<T, V>(a, tile, map, sacc, bw);
