@@ -5,11 +5,6 @@
 
 namespace moex::cuda {
 
-// Ask L2 for `bytes` (a multiple of 16, 16-aligned) from p on, without registers or a wait (sm_90 bulk prefetch).
-__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-
 // ld.global.nc with L1::no_allocate: the weights do not evict the activations that every warp re-reads from L1.
 // kPrefetchL2: also ask L2 for the whole 256-byte sector run (the next lines of a weight row stream in sooner).
 template <bool kPrefetchL2 = false>

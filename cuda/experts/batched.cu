@@ -27,8 +27,6 @@ int env_override(const char* name) {
 }
 }  // namespace
 
-int prefetch_steps() { return env_override("MOEX_BATCHED_PREFETCH"); }
-
 int choose_nt(int64_t T, int64_t k, int64_t E) {
     if (const int v = env_override("MOEX_BATCHED_NT")) return v;
     // An expert's rows under uniform routing: Binomial(T, k / E). Cover their mean + 4 sd (and never more than T):
@@ -275,8 +273,7 @@ void run_batched(const ExpertsArgs& a, cudaStream_t stream) {
                       .T = 0,
                       .k = 0,
                       .ks = cu.ks,
-                      .x_e4m3 = f8_up,
-                      .prefetch_steps = batched::prefetch_steps()};
+                      .x_e4m3 = f8_up};
     launch_proj(up, cu, rb.tiles_bound, a.dtype, stream);
     if (quant_x) {  // h (S, I) rounded (in place, or into e4m3 bytes), each slot row with its expert (sentinel
                     // slots are never written)

@@ -316,33 +316,8 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
         }
     };
     constexpr int64_t kStep = 32 * V * kU;
-    // a.prefetch_steps: lane q = 0 of each row asks L2 for the row's whole chunk of a later step (bytes of its codes).
-    const int64_t ahead = int64_t(a.prefetch_steps) * kStep;
-    const uint32_t chunk_bytes =
-        kQuant ? uint32_t(a.scales.format == QuantFormat::kFp8 ? kStep : kStep / 2) : uint32_t(kStep * sizeof(T));
-    auto prefetch = [&](int64_t k_at) {
-#pragma unroll
-        for (int t = 0; t < RT; ++t)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const void* row = kQuant ? static_cast<const void*>(wq[kQuant ? t : 0][h])
-                                         : static_cast<const void*>(wp[kQuant ? 0 : t][h]);
-                if (row != nullptr)
-                    prefetch_l2(static_cast<const char*>(row) + k_at * chunk_bytes / kStep, chunk_bytes);
-            }
-    };
     int64_t k = k_begin;
-    auto steps = [&](auto prefetching) {  // two loops, so that the one without prefetches has no test for them
-        for (; k + kStep <= k_end; k += kStep) {
-            if constexpr (decltype(prefetching)::value)
-                if (q == 0 && k + ahead + kStep <= k_end) prefetch(k + ahead);
-            step(k, std::integral_constant<int, kU>{}, std::false_type{});
-        }
-    };
-    if (ahead > 0)
-        steps(std::true_type{});
-    else
-        steps(std::false_type{});
+    for (; k + kStep <= k_end; k += kStep) step(k, std::integral_constant<int, kU>{}, std::false_type{});
     for (; k < k_end; k += 32 * V) step(k, std::integral_constant<int, 1>{}, std::true_type{});
     float* base = sacc + int64_t(ks) * bw * (kMc + 1);
 #pragma unroll

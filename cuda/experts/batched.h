@@ -45,9 +45,6 @@ struct ProjArgs {
     // FP8 weights and activations: X holds e4m3 bytes (X rows of K bytes) and the mma loop multiplies codes by codes
     // on the FP8 tensor cores (x_scales and the weight scales promoted as above); false: X in dtype.
     bool x_e4m3;
-    // kMma: ask L2 for each weight row's chunk of the k step this many steps ahead (0: none). An A/B knob
-    // (MOEX_BATCHED_PREFETCH = 1, 2, 4 or 8), measured in bench/RESULTS.md AB.
-    int32_t prefetch_steps;
 };
 
 }  // namespace moex::cuda::batched

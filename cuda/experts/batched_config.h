@@ -30,7 +30,5 @@ int choose_nt(int64_t T, int64_t k, int64_t E);
 // per-CTA bandwidth, ramp-up per wave). MOEX_BATCHED_KS overrides it (tuning).
 int choose_ks(int64_t rows_per_expert, int64_t K, double experts_touched, int rt, int slots);
 ProjConfig make_config(Loop loop, int nt, int ks, int esize);
-// ProjArgs::prefetch_steps from MOEX_BATCHED_PREFETCH (1, 2, 4, 8; else 0: no L2 prefetch).
-int prefetch_steps();
 
 }  // namespace moex::cuda::batched
