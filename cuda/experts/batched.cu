@@ -191,19 +191,6 @@ bool fp8_mma(const WeightScales& w, Loop loop, int64_t K) {
     return enabled && w.format == QuantFormat::kFp8 && loop == Loop::kMma && quant_vectors(w, K) == 2;
 }
 
-// The cp.async ring of an e2m1 projection (ProjArgs::ring_slots): MOEX_BATCHED_RING (2 or 4; 8 as 4; else 0, off) where
-// the mma loop reads 16-byte loads of e2m1 codes (quant_vectors 4) and the scale rows are 8-byte aligned (each ring
-// slot copies a row's 4 or 8 scale bytes of a sub-step as one word); sets the config's shared memory to fit it.
-int ring_slots(const WeightScales& s, Loop loop, int64_t K, ProjConfig& c) {
-    static const int env = std::min(batched::env_override("MOEX_BATCHED_RING"), 4);
-    const bool fp4 = s.format == QuantFormat::kMxfp4 || s.format == QuantFormat::kNvfp4;
-    if (env < 2 || !fp4 || loop != Loop::kMma || quant_vectors(s, K) != 4 ||
-        reinterpret_cast<uintptr_t>(s.data) % 8 != 0)
-        return 0;
-    c.smem = std::max(c.smem, size_t(env) * size_t(2 * c.rt) * batched::kThreads * (16 + 8));
-    return env;
-}
-
 }  // namespace
 
 void run_batched(const ExpertsArgs& a, cudaStream_t stream) {
@@ -223,10 +210,8 @@ void run_batched(const ExpertsArgs& a, cudaStream_t stream) {
     const int rt = nt <= 4 ? 2 : 1;
     const int ks_up = up_loop == Loop::kMma ? batched::choose_ks(N, a.H, tiles_est, rt, slots) : 1;
     const int ks_down = down_loop == Loop::kMma ? batched::choose_ks(a.H, a.I, tiles_est, rt, slots) : 1;
-    ProjConfig cu = batched::make_config(up_loop, nt, ks_up, int(esize));
-    ProjConfig cd = batched::make_config(down_loop, nt, ks_down, int(esize));
-    const int ring_up = ring_slots(a.gate_up_scales, up_loop, a.H, cu);
-    const int ring_down = ring_slots(a.down_scales, down_loop, a.I, cd);
+    const ProjConfig cu = batched::make_config(up_loop, nt, ks_up, int(esize));
+    const ProjConfig cd = batched::make_config(down_loop, nt, ks_down, int(esize));
     const int64_t down_cols = ceil_div(a.H, cd.bw);
     const bool fused_combine = S <= 4096;
 
@@ -288,8 +273,7 @@ void run_batched(const ExpertsArgs& a, cudaStream_t stream) {
                       .T = 0,
                       .k = 0,
                       .ks = cu.ks,
-                      .x_e4m3 = f8_up,
-                      .ring_slots = ring_up};
+                      .x_e4m3 = f8_up};
     launch_proj(up, cu, rb.tiles_bound, a.dtype, stream);
     if (quant_x) {  // h (S, I) rounded (in place, or into e4m3 bytes), each slot row with its expert (sentinel
                     // slots are never written)
@@ -306,7 +290,7 @@ void run_batched(const ExpertsArgs& a, cudaStream_t stream) {
     down.X = f8_down ? ws.at<void>(h_e4m3) : ws.at<void>(h_rows), down.x_e4m3 = f8_down;
     down.R = a.H, down.K = a.I, down.out_cols = a.H, down.x_div = 1, down.proj = Proj::kDown;
     down.weights = a.top_k_weights, down.weights_f32 = a.weights_f32, down.ks = cd.ks, down.scales = a.down_scales;
-    down.x_scales = codes ? ws.at<float>(h_scales) : nullptr, down.ring_slots = ring_down;
+    down.x_scales = codes ? ws.at<float>(h_scales) : nullptr;
     down.arrive = r.zero;  // nullptr without the fused combine
     down.final_out = a.out, down.ids = a.top_k_index, down.ids_i64 = a.ids_i64, down.T = a.T, down.k = a.k;
     launch_proj(down, cd, rb.tiles_bound, a.dtype, stream);

@@ -233,9 +233,10 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
 
     // One k step: every load first (16 B of weights per (u, t, h); quantized V > 1: raw codes, V == 1: the 8 codes
     // decoded by load_quant8; e2m1: each load's fold scale bytes), then the MMAs and promotions.
-    auto load_step = [&](auto& b, int64_t k, auto u_const, auto guarded_const) {
+    auto step = [&](int64_t k, auto u_const, auto guarded_const) {
         constexpr int U = decltype(u_const)::value;
         constexpr bool kGuard = decltype(guarded_const)::value;
+        StepLoads<U, RT, kFold> b;
 #pragma unroll
         for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -261,10 +262,6 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
                         b.w[u][t][h] = ok ? ld_stream16<true>(wp[kQuant ? 0 : t][h] + k + 32 * u) : zero;
                     }
                 }
-    };
-    auto compute_step = [&](const auto& b, int64_t k, auto u_const, auto guarded_const) {
-        constexpr int U = decltype(u_const)::value;
-        constexpr bool kGuard = decltype(guarded_const)::value;
 #pragma unroll
         for (int u = 0; u < U; ++u) {
 #pragma unroll
@@ -318,78 +315,10 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
                 if (k + 32 * V * (u + 1) >= slice_end) promote();  // uniform over the warp
         }
     };
-    auto step = [&](int64_t k, auto u_const, auto guarded_const) {
-        StepLoads<decltype(u_const)::value, RT, kFold> b;
-        load_step(b, k, u_const, guarded_const);
-        compute_step(b, k, u_const, guarded_const);
-    };
-
-    // e2m1 with a.ring_slots = S > 0: the loads go through a cp.async ring of S sub-steps in shared memory (over sacc),
-    // so that S - 1 sub-steps of this thread's loads stay in flight while it decodes, in no registers. Each thread
-    // reads back only what it copied. Sub-step s + S - 1 is copied into the slot sub-step s - 1 was read from (its
-    // registers consumed by then). K % 128 == 0 here (quant_vectors), so every sub-step is whole.
-    bool ringed = false;
-    if constexpr (kFold) {
-        if (a.ring_slots > 0) {
-            ringed = true;
-            constexpr int kLoads = RT * 2;
-            const int S = a.ring_slots;
-            uint4* ring_w = reinterpret_cast<uint4*>(sacc);  // [S][kLoads][kThreads]
-            uint2* ring_f = reinterpret_cast<uint2*>(ring_w + S * kLoads * kThreads);
-            const int64_t subs = (k_end - k_begin) / (32 * V);
-            auto issue = [&](int64_t s, int slot) {
-                if (s < subs) {
-                    const int64_t k = k_begin + s * 32 * V;
-#pragma unroll
-                    for (int t = 0; t < RT; ++t)
-#pragma unroll
-                        for (int h = 0; h < 2; ++h) {
-                            const bool ok = wrow[t][h] >= 0;
-                            const int i = (slot * kLoads + t * 2 + h) * kThreads + int(threadIdx.x);
-                            // The 4 (mxfp4) or 8 (nvfp4) scale bytes of the row's four 32-code loads of this sub-step.
-                            const uint8_t* f = ok ? fq[t][h] - (kNvfp4 ? 2 * q : q) + (kNvfp4 ? k >> 4 : k >> 5)
-                                                  : static_cast<const uint8_t*>(a.scales.data);
-                            cp_async16(ring_w + i, ok ? wq[t][h] + (k + 32 * q) / 2 : a.W, ok ? 16 : 0);
-                            if constexpr (kNvfp4)
-                                cp_async8(ring_f + i, f, ok ? 8 : 0);
-                            else
-                                cp_async4(ring_f + i, f, ok ? 4 : 0);
-                        }
-                }
-                cp_async_commit();
-            };
-            for (int s = 0; s < S - 1; ++s) issue(s, s);
-            int read = 0, write = S - 1;  // the slots of sub-steps s and s + S - 1
-            for (int64_t s = 0; s < subs; ++s) {
-                if (S == 4)  // sub-step s's copies are done (S is 2 or 4)
-                    cp_async_wait<2>();
-                else
-                    cp_async_wait<0>();
-                StepLoads<1, RT, kFold> b;
-#pragma unroll
-                for (int t = 0; t < RT; ++t)
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int i = (read * kLoads + t * 2 + h) * kThreads + int(threadIdx.x);
-                        b.w[0][t][h] = ring_w[i];
-                        const uint2 f = ring_f[i];
-                        b.folds[0][t][h] =
-                            kNvfp4 ? ((q < 2 ? f.x : f.y) >> (16 * (q & 1))) & 0xffffu : (f.x >> (8 * q)) & 0xffu;
-                    }
-                issue(s + S - 1, write);
-                read = read + 1 == S ? 0 : read + 1, write = write + 1 == S ? 0 : write + 1;
-                compute_step(b, k_begin + s * 32 * V, std::integral_constant<int, 1>{}, std::false_type{});
-            }
-            cp_async_wait<0>();
-            __syncthreads();  // every thread is done with the ring before sacc is written over it
-        }
-    }
-    if (!ringed) {
-        constexpr int64_t kStep = 32 * V * kU;
-        int64_t k = k_begin;
-        for (; k + kStep <= k_end; k += kStep) step(k, std::integral_constant<int, kU>{}, std::false_type{});
-        for (; k < k_end; k += 32 * V) step(k, std::integral_constant<int, 1>{}, std::true_type{});
-    }
+    constexpr int64_t kStep = 32 * V * kU;
+    int64_t k = k_begin;
+    for (; k + kStep <= k_end; k += kStep) step(k, std::integral_constant<int, kU>{}, std::false_type{});
+    for (; k < k_end; k += 32 * V) step(k, std::integral_constant<int, 1>{}, std::true_type{});
     float* base = sacc + int64_t(ks) * bw * (kMc + 1);
 #pragma unroll
     for (int t = 0; t < RT; ++t)

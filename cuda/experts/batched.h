@@ -45,9 +45,6 @@ struct ProjArgs {
     // FP8 weights and activations: X holds e4m3 bytes (X rows of K bytes) and the mma loop multiplies codes by codes
     // on the FP8 tensor cores (x_scales and the weight scales promoted as above); false: X in dtype.
     bool x_e4m3;
-    // kMma with e2m1 weights (V = 4): the loads go through a cp.async ring of this many sub-steps in shared memory
-    // (0: straight to registers; else 2 or 4). An A/B knob, MOEX_BATCHED_RING = 2 or 4 (ring_slots in batched.cu).
-    int32_t ring_slots;
 };
 
 }  // namespace moex::cuda::batched

@@ -1,14 +1,26 @@
-// The Ampere-style tensor-core primitives the attention kernels use beside cp.async (cuda/common/ptx.cuh): ldmatrix
-// and the bf16 mma.sync m16n8k16 with f32 accumulators.
+// The Ampere-style asynchronous copy and tensor-core primitives the attention kernels use: cp.async (16 bytes, with
+// zero fill), ldmatrix and the bf16 mma.sync m16n8k16 with f32 accumulators.
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include <cstdint>
 
-#include "cuda/common/ptx.cuh"
-
 namespace moex::cuda::model {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, bypassing L1; src_bytes < 16 zero-fills the rest (0: a zero row, src not read).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
 
 // Four 8x8 b16 matrices; lane l gives the row address of matrix l / 8, row l % 8.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
