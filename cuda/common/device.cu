@@ -11,6 +11,7 @@
 
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
+#include "cuda/common/env.h"
 #include "cuda/launch.h"
 
 namespace moex::cuda {
@@ -154,10 +155,7 @@ size_t workspace_peak_bytes() {
 }
 
 bool pdl_enabled() {
-    static const bool on = [] {
-        const char* v = std::getenv("MOEX_PDL");
-        return v == nullptr || std::strcmp(v, "0") != 0;
-    }();
+    static const bool on = !env_is("MOEX_PDL", "0");
     return on;
 }
 

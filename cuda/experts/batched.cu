@@ -10,6 +10,7 @@
 #include "cuda/common/align.h"
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
+#include "cuda/common/env.h"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/quant.cuh"
 #include "cuda/experts/batched.cuh"
@@ -90,10 +91,7 @@ using batched::ProjConfig;
 
 // MOEX_BATCHED_DEEP=0: the 8-loads-per-thread loop for unquantized 16-bit weights at <= 16 token rows too (A/B).
 bool deep_loads() {
-    static const bool on = [] {
-        const char* v = std::getenv("MOEX_BATCHED_DEEP");
-        return v == nullptr || std::strcmp(v, "0") != 0;
-    }();
+    static const bool on = !env_is("MOEX_BATCHED_DEEP", "0");
     return on;
 }
 
@@ -184,10 +182,7 @@ Loop pick_loop(DType dt, bool n_major, int64_t R, int64_t K, bool gate_concat, c
 // FP8 weights with e4m3 activations on the FP8 MMAs: K-major mma loop with 16-code loads (quant_vectors 2);
 // MOEX_BATCHED_FP8_MMA=0 keeps the 16-bit MMAs on decoded codes (A/B timing).
 bool fp8_mma(const WeightScales& w, Loop loop, int64_t K) {
-    static const bool enabled = [] {
-        const char* env = std::getenv("MOEX_BATCHED_FP8_MMA");
-        return env == nullptr || std::strcmp(env, "0") != 0;
-    }();
+    static const bool enabled = !env_is("MOEX_BATCHED_FP8_MMA", "0");
     return enabled && w.format == QuantFormat::kFp8 && loop == Loop::kMma && quant_vectors(w, K) == 2;
 }
 

@@ -8,6 +8,7 @@
 #include "cuda/common/align.h"
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
+#include "cuda/common/env.h"
 #include "cuda/experts/decode_stream.cuh"
 #include "cuda/experts/pipelines.h"
 
@@ -19,10 +20,7 @@ std::atomic<uint64_t> g_calls{0};
 // Opt-in for now: MOEX_DECODE_STREAM=1 takes the one-kernel path for the calls it fits (read per call, so tests and
 // A/B timings switch it in one process). Measured at par with the three-launch pipeline, not ahead of it
 // (bench/RESULTS.md W), so it is not the default yet.
-bool stream_enabled() {
-    const char* v = std::getenv("MOEX_DECODE_STREAM");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-}
+bool stream_enabled() { return env_is("MOEX_DECODE_STREAM", "1"); }
 
 template <class T, int NT>
 void launch(const decode::StreamArgs& s, int grid, cudaStream_t stream) {

@@ -13,6 +13,7 @@
 
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
+#include "cuda/common/env.h"
 #include "cuda/experts/pipelines.h"
 #include "cuda/gemm/grouped_gemm.h"
 
@@ -21,11 +22,7 @@ namespace {
 
 // The pipeline's A/B switches, read per call so a test can flip them: MOEX_FUSED_H_QUANT=0 quantizes h in its own
 // pass after the up GEMM (the earlier form, for timing and for the tests' twin run); MOEX_Y_F32=1 see y_rows;
-// MOEX_PACKED_ROWS=0 pads grouped_mm's expert blocks as deepgemm does (the earlier layout).
-bool env_is(const char* name, const char* value) {
-    const char* env = std::getenv(name);
-    return env != nullptr && std::strcmp(env, value) == 0;
-}
+// MOEX_PACKED_ROWS=0 pads grouped_mm's expert blocks as deepgemm does (the earlier layout) (env_is: cuda/common/env.h).
 
 }  // namespace
 

@@ -6,16 +6,14 @@
 #include "cuda/common/align.h"
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
+#include "cuda/common/env.h"
 #include "cuda/gemm/grouped_gemm.h"
 #include "cuda/gemm/grouped_gemm_portable.cuh"
 
 namespace moex::cuda {
 
 bool gemm_forced_portable() {
-    static const bool forced = [] {
-        const char* v = std::getenv("MOEX_GEMM");
-        return v != nullptr && std::strcmp(v, "portable") == 0;
-    }();
+    static const bool forced = env_is("MOEX_GEMM", "portable");
     return forced;
 }
 

@@ -14,6 +14,7 @@
 #include "cuda/common/align.h"
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
+#include "cuda/common/env.h"
 #include "cuda/gemm/tensor_map.h"
 #include "cuda/gemm/weight_grad.h"
 #include "cuda/gemm/weight_grad_sm90.cuh"
@@ -81,8 +82,7 @@ void run(const WeightGradGemmArgs& a, const DeviceState& dev, cudaStream_t strea
     // Pairs need an even M tile count per expert (a pair's two tiles then always share the expert and the N tile,
     // so the two CTAs wait on the same row blocks) and room for at least one resident pair; MOEX_WGRAD_CLUSTER=1
     // turns them off (A/B).
-    const char* env = std::getenv("MOEX_WGRAD_CLUSTER");
-    const bool off = env != nullptr && std::strcmp(env, "1") == 0;
+    const bool off = env_is("MOEX_WGRAD_CLUSTER", "1");
     p.cluster = !off && p.m_tiles % 2 == 0 && pairs >= 1 && dev.sm_count >= 2 ? 2 : 1;
     int ctas = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(dev.sm_count, tiles)));
     if (p.cluster == 2) ctas = 2 * static_cast<int>(std::min<int64_t>({pairs, dev.sm_count / 2, tiles / 2}));
