@@ -152,7 +152,8 @@ __device__ __forceinline__ void loop_mma(const ProjArgs& a, const Tile& tile, co
             }
         }
     // kQuant: the X rows of the tile's tokens (row_slot / x_div, -1: no such token), divided once here for the
-    // promotions' activation scales (a 64-bit division per token and promotion cost FP8 decode ~10% of its loop).
+    // promotions' activation scales (64-bit divisions per token and promotion, and the per-sub-step slice test that
+    // the tracked slice end below replaced, cost FP8 decode 4-7%: bench/RESULTS.md AB2).
     __shared__ int32_t x_rows[kQuant ? kMc : 1];
     if constexpr (kQuant) {
         if (threadIdx.x < kMc)
