@@ -11,7 +11,8 @@
 # (ABBA), and of new under each of $AB_ENV's settings ("NAME=VALUE NAME2=VALUE2", one run each), with
 # compare_bench.py's table of each against new. A summary table comes last; logs and JSON go to $OUT.
 # Env: OUT (.gpubin/out), BUDGET_S (560), TEST_FILTER ('*Cuda*:*cuda*'), SAN_FILTER (QuantBackendsCuda.*), BENCH_ARGS,
-#      AB_ENV, MOEX_DEPS (.deps).
+#      AB_ENV, AB_TEST_FILTER (the tests run again under each AB_ENV setting: '*QuantBackendsCuda*:*atched*:*CudaGraph*'),
+#      MOEX_DEPS (.deps).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT" || exit 1
@@ -34,7 +35,7 @@ if [[ $MODE == pack ]]; then
     echo "packed_check: $PACKS/$NAME.tar.xz ($(du -h "$PACKS/$NAME.tar.xz" | cut -f1), $(cat "$TMP/PACK_COMMIT"))"
     exit 0
 fi
-[[ $MODE == run ]] || { sed -n '2,16p' "${BASH_SOURCE[0]}"; exit 2; }
+[[ $MODE == run ]] || { sed -n '2,17p' "${BASH_SOURCE[0]}"; exit 2; }
 
 STEPS="tests,checks,sanitizer,bench"
 [[ "${1:-}" == "--steps" ]] && STEPS=${2:?}
@@ -42,6 +43,7 @@ OUT=${OUT:-$ROOT/.gpubin/out}
 BUDGET_S=${BUDGET_S:-560}
 TEST_FILTER=${TEST_FILTER:-'*Cuda*:*cuda*'}
 SAN_FILTER=${SAN_FILTER:-'QuantBackendsCuda.*'}
+AB_TEST_FILTER=${AB_TEST_FILTER:-'*QuantBackendsCuda*:*atched*:*CudaGraph*'}
 BENCH_ARGS=${BENCH_ARGS:-"--device cuda --shapes qwen3-30b-a3b,deepseek-v3 --tokens 1,64,4096 --backends batched_mm,grouped_mm --case-seconds 0.2"}
 AB_ENV=${AB_ENV:-}
 # shellcheck source=scripts/gpu/lib.sh
@@ -59,11 +61,20 @@ command -v nvidia-smi >/dev/null &&
     record gpu INFO "$(nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader | head -1)"
 
 gtest_counts() { grep -E '^\[  (PASSED|FAILED)  \]' "$1" | tr -s ' ' | tr '\n' ' '; }
-if want tests; then
-    box tests 300 "$OUT/tests.log" "$BIN/new/moex_tests" --gtest_filter="$TEST_FILTER"
+# tests_run STEP LOG [NAME=VALUE]: moex_tests over TEST_FILTER (AB_TEST_FILTER under an A/B setting).
+tests_run() {
+    local step=$1 log=$2 setting=${3:-} filter=$TEST_FILTER rc
+    [[ -n $setting ]] && filter=$AB_TEST_FILTER
+    # shellcheck disable=SC2086  # an empty setting is no argument
+    box "$step" 300 "$log" env $setting "$BIN/new/moex_tests" --gtest_filter="$filter"
     rc=$?
-    ((rc == 0)) && record tests PASS "$(gtest_counts "$OUT/tests.log")"
-    ((rc != 0 && rc != 125)) && fail_step tests "rc=$rc; $(gtest_counts "$OUT/tests.log")"
+    ((rc == 0)) && record "$step" PASS "${setting:+$setting: }$(gtest_counts "$log")"
+    ((rc != 0 && rc != 125)) && fail_step "$step" "rc=$rc; ${setting:+$setting: }$(gtest_counts "$log")"
+}
+if want tests; then
+    tests_run tests "$OUT/tests.log"
+    # Each A/B setting's code path is checked too, on the tests that reach it.
+    for setting in $AB_ENV; do tests_run tests-ab "$OUT/tests-${setting//[^A-Za-z0-9_]/_}.log" "$setting"; done
 fi
 if want checks; then
     for c in grouped_gemm_sm90_check weight_grad_sm90_check; do
