@@ -9,6 +9,10 @@
 
 namespace moex::bench {
 
+// The card kHfBest was measured on; `moex bench` shows it only on that card (another card's peers: the side-by-side
+// scripts, bench/cuda_side_by_side.sh, which run them in the same call).
+inline constexpr std::string_view kHfCard = "H200";
+
 struct HfBaseline {
     std::string_view shape;
     int64_t T;

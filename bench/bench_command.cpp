@@ -165,7 +165,12 @@ BenchConfig make_config(BenchArgs& a) {
 void measure_cuda_floor(const BenchConfig& c, MachineFloor& floor, std::vector<std::string>& notes) {
 #if MOEX_WITH_CUDA
     const cuda::DevicePeaks pk = cuda::measure_device_peaks(size_t(4) << 30, 8192);
-    floor.read_gbps = std::max(pk.read_gbps, pk.copy_gbps);
+    floor.read_gbps = std::max(pk.read_gbps, pk.copy_gbps), floor.device = pk.device;
+    if (pk.device.find(kHfCard) == std::string::npos)
+        notes.push_back(
+            fmt::format("HF µs: the transformers baselines compiled in were measured on the {}, not on the {}: "
+                        "not shown (bench/cuda_side_by_side.sh runs the peers on this card)",
+                        kHfCard, pk.device));
     floor.read_what = fmt::format(
         "measured on the {}: best of a streaming read of 4 GiB ({:.1f}) and a device copy "
         "((read + written bytes) / t: {:.1f})",

@@ -35,6 +35,7 @@ struct MachineFloor {
     std::string gemm_best;
     int64_t gemm_size = 0;           // M = N = K of the fastest GEMM (the CPU floor's; 0: a --peer-gemm)
     std::vector<std::string> notes;  // what could not be measured, and why
+    std::string device;              // CUDA: the card measured (its name); empty on the CPU
 };
 
 // Multithreaded reads of a `bytes`-sized buffer by every read kernel this CPU runs (AVX-512 and AVX2, 1 to 8 streams
