@@ -2,14 +2,18 @@
 # shellcheck disable=SC2016  # the expect conditions are awk expressions over the census columns ($2, $3, $4)
 # The SASS census of libmoex_cuda.a as a test: the tensor-core and TMA instructions each kernel family was written
 # for must be in its machine code, so a change that loses them fails here, before any timing.
+# It also runs sass_loops.py: batched_mm's mma main loops hold no division.
 # Usage: sass_census.sh CUOBJDUMP LIBMOEX_CUDA   (one line per kernel that uses HGMMA / UTMALDG / HMMA / QGMMA;
 # QGMMA is the FP8 (e4m3) wgmma)
 set -euo pipefail
 cuobjdump=$1 lib=$2
-census=$("$cuobjdump" --dump-sass "$lib" | awk '
+sass=$(mktemp)
+trap 'rm -f "$sass"' EXIT
+"$cuobjdump" --dump-sass "$lib" >"$sass"
+census=$(awk '
     /Function :/ { if (n != "") print n, h, t, m, q; n = $3; h = 0; t = 0; m = 0; q = 0 }
     /HGMMA/ { h++ } /UTMALDG/ { t++ } /HMMA/ { m++ } /QGMMA/ { q++ }
-    END { if (n != "") print n, h, t, m, q }')
+    END { if (n != "") print n, h, t, m, q }' "$sass")
 printf '%-6s %-7s %-5s %-5s %s\n' HGMMA UTMALDG HMMA QGMMA kernel
 awk '$2 + $3 + $4 + $5 > 0 { printf "%-6d %-7d %-5d %-5d %s\n", $2, $3, $4, $5, substr($1, 1, 110) }' <<<"$census"
 
@@ -36,4 +40,5 @@ expect 'weight_grad_sm90_kernel' 2 '$2 >= 4 && $3 >= 2' "sm_90a weight-gradient 
 # portable: {bf16, f16} x {vector, scalar} x {K-major, N-major, quantized K-major}
 expect 'grouped_gemm_portable_kernelI(6__half|13__nv_bfloat16)' 12 '$4 > 0' "portable grouped GEMM (16-bit) issues HMMA"
 expect 'attention_flash_kernel' 1 '$4 > 0' "flash attention issues HMMA"
+python3 "$(dirname "${BASH_SOURCE[0]}")/sass_loops.py" "$sass" || fail=1
 exit $fail
