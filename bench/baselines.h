@@ -12,6 +12,8 @@ namespace moex::bench {
 // The card kHfBest was measured on; `moex bench` shows it only on that card (another card's peers: the side-by-side
 // scripts, bench/cuda_side_by_side.sh, which run them in the same call).
 inline constexpr std::string_view kHfCard = "H200";
+// Whether the baselines apply to the card named `device` (the CUDA device name; empty on the CPU).
+constexpr bool hf_baselines_apply(std::string_view device) { return device.find(kHfCard) != std::string_view::npos; }
 
 struct HfBaseline {
     std::string_view shape;

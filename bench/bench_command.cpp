@@ -166,7 +166,7 @@ void measure_cuda_floor(const BenchConfig& c, MachineFloor& floor, std::vector<s
 #if MOEX_WITH_CUDA
     const cuda::DevicePeaks pk = cuda::measure_device_peaks(size_t(4) << 30, 8192);
     floor.read_gbps = std::max(pk.read_gbps, pk.copy_gbps), floor.device = pk.device;
-    if (pk.device.find(kHfCard) == std::string::npos)
+    if (!hf_baselines_apply(pk.device))
         notes.push_back(
             fmt::format("HF µs: the transformers baselines compiled in were measured on the {}, not on the {}: "
                         "not shown (bench/cuda_side_by_side.sh runs the peers on this card)",

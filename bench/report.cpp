@@ -96,9 +96,8 @@ Derived derive(const Row& row, const MachineFloor& floor) {
     }
     const bool full = row.plan->E == m.E;
     const bool plain = row.quant.empty();  // the baselines are of unquantized experts
-    const bool their_card = floor.device.find(kHfCard) != std::string::npos;  // kHfBest's card (baselines.h)
     if (row.device == Device::kCUDA && row.dtype == DType::kBF16 && full && plain && !row.backward && us > 0 &&
-        their_card)
+        hf_baselines_apply(floor.device))
         d.hf = hf_best(m.name, row.T);
     return d;
 }
