@@ -6,6 +6,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -164,20 +165,23 @@ bool has_nan(const uint8_t* row, int64_t K) {
     return any != 0;
 }
 
-// out[g] = group_scale(q, first + g) * mult for g < groups, 16 at a time: the same products (scale * global, then
-// the exact power of two mult), the scalar decode only for the tail. One scalar decode per 16 FP4 weights (NVFP4)
-// cost about as much as the whole vector decode of those weights.
+// out[g] = group_scale(q, first + g) * mult for g < groups, 16 at a time, the tail masked: the same products (scale *
+// global, then the exact power of two mult). One scalar decode per 16 FP4 weights (NVFP4) cost about as much as the
+// whole vector decode of those weights; the scalar tail alone took a quarter of an MXFP4 GEMV at K = 768 (24 groups).
 void row_scales(const WeightQuant& q, int64_t first, int64_t groups, float mult, float* out) {
     const __m512 global = _mm512_set1_ps(q.global), mul = _mm512_set1_ps(mult);
     const __m512i nan = _mm512_set1_epi32(0x7fc00000);
-    int64_t g = 0;
-    for (; g + 16 <= groups; g += 16) {
+    for (int64_t g = 0; g < groups; g += 16) {
+        const __mmask16 live = groups - g >= 16 ? __mmask16(0xffff) : __mmask16((1u << (groups - g)) - 1);
         __m512 v;
         if (q.scale_dtype == DType::kF32) {
-            v = _mm512_loadu_ps(static_cast<const float*>(q.scale) + first + g);
+            v = _mm512_maskz_loadu_ps(live, static_cast<const float*>(q.scale) + first + g);
         } else {
-            const __m512i b = _mm512_cvtepu8_epi32(
-                _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(q.scale) + first + g)));
+            // Lanes past the row read 127 (2^0): a 0 byte there would decode to the subnormal 2^-127, and the
+            // multiplies below take a microcode assist per subnormal vector (the whole GEMV 3x slower at K = 768).
+            const __m512i b =
+                _mm512_mask_cvtepu8_epi32(_mm512_set1_epi32(127), live,
+                                          _mm_maskz_loadu_epi8(live, static_cast<const uint8_t*>(q.scale) + first + g));
             if (q.scale_dtype == DType::kFP8E4M3) {  // e4m3x8's biased decode, unbiased exactly; 0x7f/0xff NaN
                 const __m512i f = _mm512_and_si512(_mm512_srai_epi32(_mm512_slli_epi32(b, 24), 4),
                                                    _mm512_set1_epi32(int32_t(0x87f00000u)));
@@ -196,21 +200,20 @@ void row_scales(const WeightQuant& q, int64_t first, int64_t groups, float mult,
                     _mm512_mask_mov_epi32(z, _mm512_cmpeq_epi32_mask(b, _mm512_set1_epi32(0xff)), nan));
             }
         }
-        _mm512_storeu_ps(out + g, _mm512_mul_ps(_mm512_mul_ps(v, global), mul));
+        _mm512_mask_storeu_ps(out + g, live, _mm512_mul_ps(_mm512_mul_ps(v, global), mul));
     }
-    for (; g < groups; ++g) out[g] = group_scale(q, first + g) * mult;
 }
 
-// The rows [j, j + rows) of B (rows <= 2 * np) and their group scales (FP8: times the decoder's bias) into t, row r's
+// The rows [j, j + rows) of B (rows <= slots) and their group scales (FP8: times the decoder's bias) into t, row r's
 // at scales + r * (K / bk) (the thread's scratch: any number of groups; a fixed 512 per row had NVFP4 mixtral-8x7b's
 // down projection, 896, dequantized instead, RESULTS X4); false where an FP8 scale would overflow with the bias
 // (|s| >= 2^8).
 template <bool Fp8>
-bool fill_tile(const WeightMat& b, int64_t j, int rows, int np, float* scales, Tile& t) {
+bool fill_tile(const WeightMat& b, int64_t j, int rows, int slots, float* scales, Tile& t) {
     const int64_t bk = b.q.bk < b.K ? b.q.bk : b.K, groups = b.K / bk;
-    t.ahead = 2 * np * b.ld * (kAhead / (2 * np * b.ld) + 1);
+    t.ahead = slots * b.ld * (kAhead / (slots * b.ld) + 1);
     int64_t prev = -1;
-    for (int r = 0; r < 2 * np; ++r) {
+    for (int r = 0; r < slots; ++r) {
         const int64_t row = j + (r < rows ? r : rows - 1);
         t.row[r] = static_cast<const uint8_t*>(b.data) + row * b.ld;
         if (r >= rows) {  // a lone last row: its own partner
@@ -235,21 +238,21 @@ bool fill_tile(const WeightMat& b, int64_t j, int rows, int np, float* scales, T
 // ---- FP4 weights against bf16 activations: vdpbf16ps ----
 // When every value of A is a bf16 (bf16 hidden states, and h, rounded to bf16 before the down projection), codes and
 // activations enter vdpbf16ps exactly (e2m1 is a bf16; the products are exact in f32) and each lane sums its k pairs
-// per scale group in f32; the group sum is then scaled once (fma into the total), as the CUDA kernels promote their
-// partial sums. So an output is Σ_g s_g·Σ_{k in g} code·a instead of Σ_k round(code·s_g)·a: no rounding of the weights,
-// a few f32 ulps from the dequantized-weight path (tests: within 1e-5 of float64), the same bits for any m <= 24 and
-// thread count. vdpbf16ps flushes bf16 subnormals (|a| < 2^-126) to zero. 32 weights cost vpmultishiftqb + vpermw +
-// one vdpbf16ps per row of A, against 2 x (vpmultishiftqb + 2 vpermb + vmulps + vfmadd) in f32.
+// per chunk of 128 k in f32; the lane's sum is then scaled once by its scale group's scale (fma into the total), as
+// the CUDA kernels promote their partial sums. So an output is Σ s_g·Σ code·a instead of Σ_k round(code·s_g)·a: no
+// rounding of the weights, a few f32 ulps from the dequantized-weight path (tests: within 1e-5 of float64), the same
+// bits for any m <= 24 and thread count. vdpbf16ps flushes bf16 subnormals (|a| < 2^-126) to zero.
+//
+// The decode is one shuffle per 32 codes. A zmm holds 64 bytes of a row, 128 codes: word i holds codes 4i .. 4i + 3,
+// one per nibble. vpermw reads only the low 5 bits of each index word, so a 32-entry table that ignores bit 4 decodes
+// the low nibble of every word at once; shifting the words right by 4, 8 and 12 (on the vector ALU, not the shuffle
+// port) decodes the other three. Phase j's word i is code 4i + j, so vdpbf16ps lane l pairs codes 8l + j and 8l + 4 +
+// j: A is laid out the same way once per call (rows_as_bf16), and lane l's 8 codes of a chunk lie in one scale group
+// whenever bk (16 for NVFP4, 32 for MXFP4) divides 128. RESULTS X2 measured the old decode (vpmultishiftqb + vpermw per
+// 32 codes) bound by the shuffle port at ~20 G weights/s per core.
+constexpr int64_t kChunk = 128;  // k per 64-byte load of codes
 
-// Word w of a pair's FP4 source (load_pair) gets code w mod 16 of its row in its low nibble (both bytes of the word
-// take the 8 bits at bit 4c of the row's qword), for vpermw.
-inline __m512i bf16_control() {
-    alignas(64) uint8_t ctl[64];
-    for (int w = 0; w < 32; ++w) ctl[2 * w] = ctl[2 * w + 1] = uint8_t(4 * (w % 16));
-    return _mm512_load_si512(ctl);
-}
-
-// e2m1 code (the low 4 of the 5 index bits vpermw reads) -> its bf16.
+// e2m1 code (the low 4 of the 5 index bits vpermw reads; bit 4 is the next code's) -> its bf16.
 inline __m512i bf16_lut() {
     constexpr uint16_t kBf16[8] = {0x0000, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040, 0x4080, 0x40c0};
     alignas(64) uint16_t lut[32];
@@ -257,61 +260,105 @@ inline __m512i bf16_lut() {
     return _mm512_load_si512(lut);
 }
 
-// NP pairs of B rows against MB bf16 rows of A (a[mb][k], K contiguous): lane l of each half sums the k pairs
-// (2l, 2l + 1) mod 16 of each scale group with vdpbf16ps, then adds group_sum * s with one fma, in increasing k.
-template <int NP, int MB>
-__attribute__((target("avx512bf16"))) void bf16_tile(const uint16_t* const* a, const Tile& t, int64_t K, int64_t bk,
-                                                     float* c, int64_t ldc, int stored) {
-    const __m512i ctl = bf16_control(), lut = bf16_lut();
-    __m512 tot[NP][MB];
-#pragma GCC unroll 4
-    for (int p = 0; p < NP; ++p)
-#pragma GCC unroll 6
-        for (int mb = 0; mb < MB; ++mb) tot[p][mb] = _mm512_setzero_ps();
-    for (int64_t k0 = 0, g = 0; k0 < K; k0 += bk, ++g) {
-        __m512 blk[NP][MB];
-#pragma GCC unroll 4
-        for (int p = 0; p < NP; ++p)
-#pragma GCC unroll 6
-            for (int mb = 0; mb < MB; ++mb) blk[p][mb] = _mm512_setzero_ps();
-        for (int64_t k = k0; k < k0 + bk; k += 16) {
-            if ((k & 127) == 0)
-#pragma GCC unroll 8
-                for (int r = 0; r < 2 * NP; ++r)
-                    _mm_prefetch(reinterpret_cast<const char*>(t.row[r] + t.ahead + k / 2), _MM_HINT_T1);
-            __m512bh av[MB];
-#pragma GCC unroll 6
-            for (int mb = 0; mb < MB; ++mb)
-                av[mb] =
-                    (__m512bh)_mm512_broadcast_i32x8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[mb] + k)));
-#pragma GCC unroll 4
-            for (int p = 0; p < NP; ++p) {
-                const __m512i src = load_pair<false>(t.row[2 * p], t.row[2 * p + 1], k);
-                const __m512bh w = (__m512bh)_mm512_permutexvar_epi16(_mm512_multishift_epi64_epi8(ctl, src), lut);
-#pragma GCC unroll 6
-                for (int mb = 0; mb < MB; ++mb) blk[p][mb] = _mm512_dpbf16_ps(blk[p][mb], w, av[mb]);
-            }
-        }
-#pragma GCC unroll 4
-        for (int p = 0; p < NP; ++p) {
-            const __m512 s = _mm512_mask_broadcastss_ps(_mm512_set1_ps(t.scale[2 * p][g]), 0xff00,
-                                                        _mm_set_ss(t.scale[2 * p + 1][g]));
-#pragma GCC unroll 6
-            for (int mb = 0; mb < MB; ++mb) tot[p][mb] = _mm512_fmadd_ps(blk[p][mb], s, tot[p][mb]);
-        }
-    }
-    store_pairs(tot, stored, c, ldc);
+// Lane l's scale group within its chunk: 8l / bk.
+inline __m512i group_lanes(int64_t bk) {
+    alignas(64) int32_t idx[16];
+    for (int l = 0; l < 16; ++l) idx[l] = int32_t(8 * l / bk);
+    return _mm512_load_si512(idx);
 }
 
-// A's rows as bf16 (k contiguous) when every value is one (its low 16 bits zero), for bf16_tile.
-bool rows_as_bf16(const float* const* a, int64_t m, int64_t K, uint16_t* dst) {
+// Whether a chunk's lanes each lie in one scale group of bk.
+inline bool chunk_fits_groups(int64_t bk) { return bk % 16 == 0 && kChunk % bk == 0; }
+
+// One chunk of 128 k at k of NR rows of B against MB rows of A, into tot: its scale groups from g0, `live` those that
+// exist. Tail: the last chunk of a row whose K is no multiple of 128 (its codes past K read as 0, A's layout is zero
+// there, its scales past the last group as 0).
+template <bool Tail, int NR, int MB>
+__attribute__((target("avx512bf16"), always_inline)) inline void bf16_chunk(const uint16_t* const* a, const Tile& t,
+                                                                            int64_t K, int64_t k, int64_t g0,
+                                                                            __mmask16 live, __m512i lut, __m512i lanes,
+                                                                            __m512 (&tot)[NR][MB]) {
+    const __mmask64 bytes = Tail ? ~uint64_t(0) >> (64 - (K - k) / 2) : ~uint64_t(0);
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) _mm_prefetch(reinterpret_cast<const char*>(t.row[r] + t.ahead + k / 2), _MM_HINT_T1);
+    __m512 blk[NR][MB];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 6
+        for (int mb = 0; mb < MB; ++mb) blk[r][mb] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j)
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; ++r) {
+            const __m512i src =
+                Tail ? _mm512_maskz_loadu_epi8(bytes, t.row[r] + k / 2) : _mm512_loadu_si512(t.row[r] + k / 2);
+            const __m512bh w = (__m512bh)_mm512_permutexvar_epi16(j ? _mm512_srli_epi16(src, 4 * j) : src, lut);
+#pragma GCC unroll 6
+            for (int mb = 0; mb < MB; ++mb)
+                blk[r][mb] = _mm512_dpbf16_ps(blk[r][mb], w, (__m512bh)_mm512_loadu_si512(a[mb] + k + 32 * j));
+        }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r) {
+        const __m512 s = _mm512_permutexvar_ps(lanes, _mm512_maskz_loadu_ps(live, t.scale[r] + g0));
+#pragma GCC unroll 6
+        for (int mb = 0; mb < MB; ++mb) tot[r][mb] = _mm512_fmadd_ps(blk[r][mb], s, tot[r][mb]);
+    }
+}
+
+// NR rows of B against MB bf16 rows of A in the chunk layout (rows_as_bf16); K a multiple of bk, bk of 128.
+template <int NR, int MB>
+__attribute__((target("avx512bf16"))) void bf16_tile(const uint16_t* const* a, const Tile& t, int64_t K, int64_t bk,
+                                                     float* c, int64_t ldc, int stored) {
+    const __m512i lut = bf16_lut(), lanes = group_lanes(bk);
+    __m512 tot[NR][MB];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 6
+        for (int mb = 0; mb < MB; ++mb) tot[r][mb] = _mm512_setzero_ps();
+    const int64_t span = kChunk / bk;  // scale groups a chunk
+    int64_t k = 0, g = 0;
+    for (; k + kChunk <= K; k += kChunk, g += span)
+        bf16_chunk<false>(a, t, K, k, g, __mmask16((1u << span) - 1), lut, lanes, tot);
+    if (k < K) bf16_chunk<true>(a, t, K, k, g, __mmask16((1u << (K / bk - g)) - 1), lut, lanes, tot);
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 6
+        for (int mb = 0; mb < MB; ++mb)
+            if (r < stored)
+                c[mb * ldc + r] =
+                    hsum8(_mm256_add_ps(_mm512_castps512_ps256(tot[r][mb]), _mm512_extractf32x8_ps(tot[r][mb], 1)));
+}
+
+// A's rows as bf16 in the chunk layout of bf16_tile when every value is one (its low 16 bits zero): row r at dst + r *
+// ka (ka = K rounded up to 128, zero past K; K a multiple of 16), chunk word 32j + 2l + h = a[8l + 4h + j]. Phase j's
+// words 0-15 (l < 8) come from the chunk's first 64 values and 16-31 from its last 64, by the same index.
+bool rows_as_bf16(const float* const* a, int64_t m, int64_t K, int64_t ka, uint16_t* dst) {
+    static const auto order = [] {
+        std::array<std::array<uint16_t, 32>, 4> idx{};
+        for (int j = 0; j < 4; ++j)
+            for (int p = 0; p < 32; ++p) idx[size_t(j)][size_t(p)] = uint16_t(8 * (p % 16 / 2) + 4 * (p % 2) + j);
+        return idx;
+    }();
     for (int64_t r = 0; r < m; ++r) {
         __m512i low = _mm512_setzero_si512();
-        for (int64_t k = 0; k < K; k += 16) {
-            const __m512i v = _mm512_loadu_si512(a[r] + k);
-            low = _mm512_or_si512(low, v);
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + r * K + k),
-                                _mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
+        for (int64_t k = 0; k < ka; k += kChunk) {
+            __m512i w[4];  // the chunk's words 32q .. 32q + 31
+            for (int q = 0; q < 4; ++q) {
+                __m256i half[2];
+                for (int f = 0; f < 2; ++f) {
+                    const int64_t at = k + 32 * q + 16 * f;
+                    const __m512i v = at < K ? _mm512_loadu_si512(a[r] + at) : _mm512_setzero_si512();
+                    low = _mm512_or_si512(low, v);
+                    half[f] = _mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16));
+                }
+                w[q] = _mm512_inserti64x4(_mm512_castsi256_si512(half[0]), half[1], 1);
+            }
+            for (int j = 0; j < 4; ++j) {
+                const __m512i idx = _mm512_loadu_si512(order[size_t(j)].data());
+                _mm512_storeu_si512(dst + r * ka + k + 32 * j,
+                                    _mm512_mask_blend_epi16(0xffff0000u, _mm512_permutex2var_epi16(w[0], idx, w[1]),
+                                                            _mm512_permutex2var_epi16(w[2], idx, w[3])));
+            }
         }
         if (_mm512_test_epi32_mask(low, _mm512_set1_epi32(0xffff)) != 0) return false;
     }
@@ -322,17 +369,18 @@ bool rows_as_bf16(const float* const* a, int64_t m, int64_t K, uint16_t* dst) {
 
 enum class Kind { kFp8, kFp4, kFp4Bf16 };
 
-// Rows [j, j + rows) of B, rows <= 2 * NP, against MB rows of A (f32 rows, or bf16 rows for kFp4Bf16).
-template <Kind W, int NP, int MB>
+// Rows [j, j + rows) of B, rows <= S (the tile's rows: 2 * pairs for f32 A, single rows for kFp4Bf16), against MB
+// rows of A (f32 rows, or bf16 rows in the chunk layout for kFp4Bf16).
+template <Kind W, int S, int MB>
 bool rows_tile(const Decode& d, const void* const* a, const WeightMat& b, int64_t j, int rows, float* c, int64_t ldc) {
     constexpr bool kFp8 = W == Kind::kFp8;
     const int64_t bk = b.q.bk < b.K ? b.q.bk : b.K;
     Tile t;
-    if (!fill_tile<kFp8>(b, j, rows, NP, thread_scratch(7, 2 * NP * (b.K / bk)), t)) return false;
+    if (!fill_tile<kFp8>(b, j, rows, S, thread_scratch(7, S * (b.K / bk)), t)) return false;
     if constexpr (W == Kind::kFp4Bf16) {
-        bf16_tile<NP, MB>(reinterpret_cast<const uint16_t* const*>(a), t, b.K, bk, c + j, ldc, rows);
+        bf16_tile<S, MB>(reinterpret_cast<const uint16_t* const*>(a), t, b.K, bk, c + j, ldc, rows);
     } else {
-        pair_tile<kFp8, NP, MB>(d, reinterpret_cast<const float* const*>(a), t, b.K, bk, c + j, ldc, rows);
+        pair_tile<kFp8, S / 2, MB>(d, reinterpret_cast<const float* const*>(a), t, b.K, bk, c + j, ldc, rows);
         if (kFp8)
             for (int r = 0; r < rows; ++r)
                 if (has_nan(t.row[r], b.K))
@@ -341,28 +389,30 @@ bool rows_tile(const Decode& d, const void* const* a, const WeightMat& b, int64_
     return true;
 }
 
-template <Kind W, int NP, int MB>
+template <Kind W, int S, int MB>
 bool all_rows(const Decode& d, const void* const* a, const WeightMat& b, int64_t n, float* c, int64_t ldc) {
+    constexpr int kLast = W == Kind::kFp4Bf16 ? 1 : 2;  // the tile of the rows left over
     int64_t j = 0;
-    for (; j + 2 * NP <= n; j += 2 * NP)
-        if (!rows_tile<W, NP, MB>(d, a, b, j, 2 * NP, c, ldc)) return false;
-    for (; j < n; j += 2)
-        if (!rows_tile<W, 1, MB>(d, a, b, j, n - j < 2 ? 1 : 2, c, ldc)) return false;
+    for (; j + S <= n; j += S)
+        if (!rows_tile<W, S, MB>(d, a, b, j, S, c, ldc)) return false;
+    for (; j < n; j += kLast)
+        if (!rows_tile<W, kLast, MB>(d, a, b, j, n - j < kLast ? 1 : kLast, c, ldc)) return false;
     return true;
 }
 
-// Pairs of B rows per tile for MB rows of A, within the 32 zmm registers: f32 NP*MB accumulators + NP sources + NP
-// scales + MB rows of A + 6 constants; bf16 2*NP*MB accumulators (group and total) + MB rows + 2 constants.
+// Rows of B per tile for MB rows of A, within the 32 zmm registers: f32 pairs, NP*MB accumulators + NP sources + NP
+// scales + MB rows of A + 6 constants; bf16 single rows, 2*NR*MB accumulators (chunk and total) + 4 (table, lanes,
+// codes, scales), A read from memory by vdpbf16ps.
 template <Kind W>
 bool pass(const Decode& d, const void* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc) {
     constexpr bool kBf16 = W == Kind::kFp4Bf16;
     switch (m) {
-        case 1: return all_rows<W, 4, 1>(d, a, b, n, c, ldc);
-        case 2: return all_rows < W, kBf16 ? 3 : 4, 2 > (d, a, b, n, c, ldc);
-        case 3: return all_rows < W, kBf16 ? 2 : 3, 3 > (d, a, b, n, c, ldc);
-        case 4: return all_rows < W, kBf16 ? 2 : 3, 4 > (d, a, b, n, c, ldc);
-        case 5: return all_rows < W, kBf16 ? 1 : 2, 5 > (d, a, b, n, c, ldc);
-        default: return all_rows < W, kBf16 ? 1 : 2, 6 > (d, a, b, n, c, ldc);
+        case 1: return all_rows<W, 8, 1>(d, a, b, n, c, ldc);
+        case 2: return all_rows < W, kBf16 ? 6 : 8, 2 > (d, a, b, n, c, ldc);
+        case 3: return all_rows < W, kBf16 ? 4 : 6, 3 > (d, a, b, n, c, ldc);
+        case 4: return all_rows < W, kBf16 ? 3 : 6, 4 > (d, a, b, n, c, ldc);
+        case 5: return all_rows < W, kBf16 ? 2 : 4, 5 > (d, a, b, n, c, ldc);
+        default: return all_rows < W, kBf16 ? 2 : 4, 6 > (d, a, b, n, c, ldc);
     }
 }
 
@@ -375,10 +425,11 @@ bool stream_fused_avx512(const float* const* a, int64_t m, const WeightMat& b, i
     Kind kind = b.q.format == QuantFormat::kFp8 ? Kind::kFp8 : Kind::kFp4;
     const void* const* rows = reinterpret_cast<const void* const*>(a);
     const uint16_t* bf16_rows[kMaxRowsStream];
-    if (kind == Kind::kFp4 && has_bf16) {
-        auto* buf = reinterpret_cast<uint16_t*>(thread_scratch(4, (m * b.K + 1) / 2));
-        if (rows_as_bf16(a, m, b.K, buf)) {
-            for (int64_t r = 0; r < m; ++r) bf16_rows[r] = buf + r * b.K;
+    if (kind == Kind::kFp4 && has_bf16 && chunk_fits_groups(bk)) {
+        const int64_t ka = (b.K + kChunk - 1) / kChunk * kChunk;
+        auto* buf = reinterpret_cast<uint16_t*>(thread_scratch(4, m * ka / 2));
+        if (rows_as_bf16(a, m, b.K, ka, buf)) {
+            for (int64_t r = 0; r < m; ++r) bf16_rows[r] = buf + r * ka;
             kind = Kind::kFp4Bf16, rows = reinterpret_cast<const void* const*>(bf16_rows);
         }
     }
