@@ -677,6 +677,52 @@ TEST(QuantKernels, Fp4DecodeTakesLongRows) {
     }
 }
 
+// The vdpbf16ps decode reads MXFP4's UE8M0 scale bytes in its loop (2^(e - 127) as e << 23) when a tile's bytes are all
+// normal scales, and decodes them to floats first otherwise (0 is the subnormal 2^-127, 0xff NaN). Rows whose tile
+// holds such a byte match float64 (NaN for 0xff), and the other tiles keep their bits.
+TEST(QuantKernels, Mxfp4ScaleBytesOutsideTheNormalRangeTakeTheFloatScales) {
+    const cpu::KernelTable* t = cpu::avx512_kernels();
+    if (!t || !__builtin_cpu_supports("avx512bf16")) GTEST_SKIP() << "this CPU has no AVX-512 BF16";
+    const Scheme& s = kSchemes[6];
+    ASSERT_EQ(s.format, QuantFormat::kMxfp4);
+    const int64_t K = 320, n = 40;  // 10 groups a row: two whole chunks and a tail of 2 groups; tiles of 8 rows
+    const QuantProblem qp(1, K, 32, 2, 1, Variant{}, s, 23);  // up: 64 rows, the first n taken
+    const cpu::CpuProblem cp = cpu::unpack_problem(qp.problem());
+    cpu::WeightMat w = cp.up(1);
+    ASSERT_EQ(w.q.bk, 32);
+    std::vector<uint8_t> scales(static_cast<const uint8_t*>(w.q.scale),
+                                static_cast<const uint8_t*>(w.q.scale) + n * w.q.ld);
+    for (uint8_t& e : scales) e = uint8_t(120 + e % 16);  // all normal: every tile reads bytes
+    w.q.scale = scales.data();
+    std::vector<float> a(static_cast<size_t>(K)), normal(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+    for (size_t i = 0; i < a.size(); ++i) a[i] = bf16_to_f32(f32_to_bf16(float(std::sin(0.29 * double(i)))));
+    const float* row = a.data();
+    ASSERT_TRUE(t->stream_fused(&row, 1, w, n, normal.data(), n));
+    for (int64_t g = 0; g < K / 32; ++g) scales[size_t(9 * w.q.ld + g)] = 0;  // row 9 (tile 1): all 2^-127
+    scales[size_t(17 * w.q.ld + 3)] = 255;                                    // row 17 (tile 2), the first chunk: NaN
+    scales[size_t(30 * w.q.ld + 0)] = 240;  // row 30 (tile 3): 2^113, normal, still bytes
+    ASSERT_TRUE(t->stream_fused(&row, 1, w, n, got.data(), n));
+    std::vector<float> deq(size_t(n * K));
+    cpu::scalar_kernels().dequant(w, n, 0, K, deq.data(), K);
+    for (int64_t j = 0; j < n; ++j) {
+        const int tile = int(j / 8);
+        if (tile == 0 || tile == 4) {
+            EXPECT_EQ(std::memcmp(&got[size_t(j)], &normal[size_t(j)], 4), 0) << "j=" << j;
+            continue;
+        }
+        if (j == 17) {
+            EXPECT_TRUE(std::isnan(got[size_t(j)])) << got[size_t(j)];
+            continue;
+        }
+        double ref = 0, mag = 0;
+        for (int64_t k = 0; k < K; ++k) {
+            const double p = double(deq[size_t(j * K + k)]) * double(a[size_t(k)]);
+            ref += p, mag += std::fabs(p);
+        }
+        EXPECT_NEAR(double(got[size_t(j)]), ref, 1e-5 * mag + 1e-44) << "j=" << j;  // row 9's ~1e-38 is no 0
+    }
+}
+
 // FP4 weights against activations that are all bf16 values take vdpbf16ps on AVX512_BF16 CPUs: codes times
 // activations summed per scale group, then scaled (stream_fused_avx512.cpp). Each output is within 1e-5 of the float64
 // dot product on the dequantized weights (relative to Σ|w·a|) and has the same bits whatever the number of rows.

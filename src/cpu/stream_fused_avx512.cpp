@@ -105,8 +105,9 @@ inline __m512 decode(const Decode& d, __m512i src, int h) {
 // The rows of B one tile reads: pair p is rows (row[2p], row[2p + 1]); a lone last row is its own partner.
 struct Tile {
     const uint8_t* row[2 * kMaxPairs];
-    int64_t ahead;                      // bytes from a row to the one it prefetches
-    const float* scale[2 * kMaxPairs];  // each row's group scales, times the decoder's bias
+    int64_t ahead;                        // bytes from a row to the one it prefetches
+    const float* scale[2 * kMaxPairs];    // each row's group scales, times the decoder's bias
+    const uint8_t* ue8m0[2 * kMaxPairs];  // or (fill_tile's bytes) each row's UE8M0 scale bytes, decoded in the loop
 };
 
 // NP pairs of B rows against MB rows of A; K and bk are multiples of 16. The order of each output is the AVX2 dot
@@ -204,12 +205,26 @@ void row_scales(const WeightQuant& q, int64_t first, int64_t groups, float mult,
     }
 }
 
+// Whether n UE8M0 bytes are all 2^-126 .. 2^127, each the byte e << 23 of its f32 (0 is the subnormal 2^-127, 0xff
+// NaN).
+bool ue8m0_normal(const uint8_t* p, int64_t n) {
+    for (int64_t i = 0; i < n; i += 64) {
+        const __mmask64 live = n - i >= 64 ? ~uint64_t(0) : ~uint64_t(0) >> (64 - (n - i));
+        const __m512i v = _mm512_maskz_loadu_epi8(live, p + i);
+        if ((_mm512_cmpeq_epi8_mask(v, _mm512_setzero_si512()) | _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8(-1))) &
+            live)
+            return false;
+    }
+    return true;
+}
+
 // The rows [j, j + rows) of B (rows <= slots) and their group scales (FP8: times the decoder's bias) into t, row r's
 // at scales + r * (K / bk) (the thread's scratch: any number of groups; a fixed 512 per row had NVFP4 mixtral-8x7b's
 // down projection, 896, dequantized instead, RESULTS X4); false where an FP8 scale would overflow with the bias
-// (|s| >= 2^8).
+// (|s| >= 2^8). Bytes (UE8M0 scales, no global): each row's scale bytes instead (t.ue8m0, scales unused); false where
+// one is not normal.
 template <bool Fp8>
-bool fill_tile(const WeightMat& b, int64_t j, int rows, int slots, float* scales, Tile& t) {
+bool fill_tile(const WeightMat& b, int64_t j, int rows, int slots, float* scales, Tile& t, bool bytes = false) {
     const int64_t bk = b.q.bk < b.K ? b.q.bk : b.K, groups = b.K / bk;
     t.ahead = slots * b.ld * (kAhead / (slots * b.ld) + 1);
     int64_t prev = -1;
@@ -217,11 +232,16 @@ bool fill_tile(const WeightMat& b, int64_t j, int rows, int slots, float* scales
         const int64_t row = j + (r < rows ? r : rows - 1);
         t.row[r] = static_cast<const uint8_t*>(b.data) + row * b.ld;
         if (r >= rows) {  // a lone last row: its own partner
-            t.scale[r] = t.scale[rows - 1];
+            t.scale[r] = t.scale[rows - 1], t.ue8m0[r] = t.ue8m0[rows - 1];
+            continue;
+        }
+        const int64_t srow = (b.q.row0 + row) / b.q.bn;
+        if (bytes) {
+            t.ue8m0[r] = static_cast<const uint8_t*>(b.q.scale) + srow * b.q.ld;
+            if (!ue8m0_normal(t.ue8m0[r], groups)) return false;
             continue;
         }
         t.scale[r] = scales + r * groups;
-        const int64_t srow = (b.q.row0 + row) / b.q.bn;
         if (r > 0 && srow == prev) {  // FP8 blocks: the rows of a tile share their scales
             t.scale[r] = t.scale[r - 1];
             continue;
@@ -260,20 +280,26 @@ inline __m512i bf16_lut() {
     return _mm512_load_si512(lut);
 }
 
-// Lane l's scale group within its chunk: 8l / bk.
+// Lane l's scale group within its chunk, 8l / bk, in its low byte (vpermps) and its top byte (vpermb: UE8M0 bytes).
 inline __m512i group_lanes(int64_t bk) {
     alignas(64) int32_t idx[16];
-    for (int l = 0; l < 16; ++l) idx[l] = int32_t(8 * l / bk);
+    for (int l = 0; l < 16; ++l) idx[l] = int32_t(8 * l / bk) * 0x01000001;
     return _mm512_load_si512(idx);
+}
+
+// Whether bf16_tile may read a tile's scales as UE8M0 bytes (MXFP4): four groups a chunk, no global scale.
+inline bool chunk_reads_ue8m0(const WeightQuant& q, int64_t bk) {
+    return bk == 32 && q.global == 1.0f && q.scale_dtype != DType::kF32 && q.scale_dtype != DType::kFP8E4M3;
 }
 
 // Whether a chunk's lanes each lie in one scale group of bk.
 inline bool chunk_fits_groups(int64_t bk) { return bk % 16 == 0 && kChunk % bk == 0; }
 
 // One chunk of 128 k at k of NR rows of B against MB rows of A, into tot: its scale groups from g0, `live` those that
-// exist. Tail: the last chunk of a row whose K is no multiple of 128 (its codes past K read as 0, A's layout is zero
-// there, its scales past the last group as 0).
-template <bool Tail, int NR, int MB>
+// exist, as floats (t.scale) or Ue8m0 bytes (t.ue8m0, normal ones: 2^(e - 127) is e << 23). Tail: the last chunk of a
+// row whose K is no multiple of 128 (its codes past K read as 0, A's layout is zero there, its scales past the last
+// group as 0).
+template <bool Tail, bool Ue8m0, int NR, int MB>
 __attribute__((target("avx512bf16"), always_inline)) inline void bf16_chunk(const uint16_t* const* a, const Tile& t,
                                                                             int64_t K, int64_t k, int64_t g0,
                                                                             __mmask16 live, __m512i lut, __m512i lanes,
@@ -299,14 +325,25 @@ __attribute__((target("avx512bf16"), always_inline)) inline void bf16_chunk(cons
         }
 #pragma GCC unroll 8
     for (int r = 0; r < NR; ++r) {
-        const __m512 s = _mm512_permutexvar_ps(lanes, _mm512_maskz_loadu_ps(live, t.scale[r] + g0));
+        __m512 s;
+        if constexpr (Ue8m0) {
+            uint32_t four = 0;  // the chunk's 4 scale bytes
+            if constexpr (Tail)
+                for (int g = 0; live >> g & 1; ++g) four |= uint32_t(t.ue8m0[r][g0 + g]) << (8 * g);
+            else
+                std::memcpy(&four, t.ue8m0[r] + g0, 4);
+            const __m512i e = _mm512_maskz_permutexvar_epi8(kByte3, lanes, _mm512_set1_epi32(int32_t(four)));
+            s = _mm512_castsi512_ps(_mm512_srli_epi32(e, 1));
+        } else {
+            s = _mm512_permutexvar_ps(lanes, _mm512_maskz_loadu_ps(live, t.scale[r] + g0));
+        }
 #pragma GCC unroll 6
         for (int mb = 0; mb < MB; ++mb) tot[r][mb] = _mm512_fmadd_ps(blk[r][mb], s, tot[r][mb]);
     }
 }
 
 // NR rows of B against MB bf16 rows of A in the chunk layout (rows_as_bf16); K a multiple of bk, bk of 128.
-template <int NR, int MB>
+template <bool Ue8m0, int NR, int MB>
 __attribute__((target("avx512bf16"))) void bf16_tile(const uint16_t* const* a, const Tile& t, int64_t K, int64_t bk,
                                                      float* c, int64_t ldc, int stored) {
     const __m512i lut = bf16_lut(), lanes = group_lanes(bk);
@@ -318,8 +355,8 @@ __attribute__((target("avx512bf16"))) void bf16_tile(const uint16_t* const* a, c
     const int64_t span = kChunk / bk;  // scale groups a chunk
     int64_t k = 0, g = 0;
     for (; k + kChunk <= K; k += kChunk, g += span)
-        bf16_chunk<false>(a, t, K, k, g, __mmask16((1u << span) - 1), lut, lanes, tot);
-    if (k < K) bf16_chunk<true>(a, t, K, k, g, __mmask16((1u << (K / bk - g)) - 1), lut, lanes, tot);
+        bf16_chunk<false, Ue8m0>(a, t, K, k, g, __mmask16((1u << span) - 1), lut, lanes, tot);
+    if (k < K) bf16_chunk<true, Ue8m0>(a, t, K, k, g, __mmask16((1u << (K / bk - g)) - 1), lut, lanes, tot);
 #pragma GCC unroll 8
     for (int r = 0; r < NR; ++r)
 #pragma GCC unroll 6
@@ -376,10 +413,16 @@ bool rows_tile(const Decode& d, const void* const* a, const WeightMat& b, int64_
     constexpr bool kFp8 = W == Kind::kFp8;
     const int64_t bk = b.q.bk < b.K ? b.q.bk : b.K;
     Tile t;
-    if (!fill_tile<kFp8>(b, j, rows, S, thread_scratch(7, S * (b.K / bk)), t)) return false;
     if constexpr (W == Kind::kFp4Bf16) {
-        bf16_tile<S, MB>(reinterpret_cast<const uint16_t* const*>(a), t, b.K, bk, c + j, ldc, rows);
+        const auto* a16 = reinterpret_cast<const uint16_t* const*>(a);
+        if (chunk_reads_ue8m0(b.q, bk) && fill_tile<false>(b, j, rows, S, nullptr, t, true))
+            bf16_tile<true, S, MB>(a16, t, b.K, bk, c + j, ldc, rows);
+        else if (fill_tile<false>(b, j, rows, S, thread_scratch(7, S * (b.K / bk)), t))
+            bf16_tile<false, S, MB>(a16, t, b.K, bk, c + j, ldc, rows);
+        else
+            return false;
     } else {
+        if (!fill_tile<kFp8>(b, j, rows, S, thread_scratch(7, S * (b.K / bk)), t)) return false;
         pair_tile<kFp8, S / 2, MB>(d, reinterpret_cast<const float* const*>(a), t, b.K, bk, c + j, ldc, rows);
         if (kFp8)
             for (int r = 0; r < rows; ++r)
