@@ -205,8 +205,8 @@ void row_scales(const WeightQuant& q, int64_t first, int64_t groups, float mult,
     }
 }
 
-// Whether n UE8M0 bytes are all 2^-126 .. 2^127, each the byte e << 23 of its f32 (0 is the subnormal 2^-127, 0xff
-// NaN).
+// Whether n UE8M0 bytes are all normal scales, 2^-126 .. 2^127, whose f32 bits are e << 23 (0 is the subnormal
+// 2^-127, 0xff NaN).
 bool ue8m0_normal(const uint8_t* p, int64_t n) {
     for (int64_t i = 0; i < n; i += 64) {
         const __mmask64 live = n - i >= 64 ? ~uint64_t(0) : ~uint64_t(0) >> (64 - (n - i));
@@ -265,11 +265,12 @@ bool fill_tile(const WeightMat& b, int64_t j, int rows, int slots, float* scales
 //
 // The decode is one shuffle per 32 codes. A zmm holds 64 bytes of a row, 128 codes: word i holds codes 4i .. 4i + 3,
 // one per nibble. vpermw reads only the low 5 bits of each index word, so a 32-entry table that ignores bit 4 decodes
-// the low nibble of every word at once; shifting the words right by 4, 8 and 12 (on the vector ALU, not the shuffle
-// port) decodes the other three. Phase j's word i is code 4i + j, so vdpbf16ps lane l pairs codes 8l + j and 8l + 4 +
-// j: A is laid out the same way once per call (rows_as_bf16), and lane l's 8 codes of a chunk lie in one scale group
-// whenever bk (16 for NVFP4, 32 for MXFP4) divides 128. RESULTS X2 measured the old decode (vpmultishiftqb + vpermw per
-// 32 codes) bound by the shuffle port at ~20 G weights/s per core.
+// the low nibble of every word at once; shifting the words right by 4, 8 and 12 decodes the other three. Phase j's
+// word i is code 4i + j, so vdpbf16ps lane l pairs codes 8l + j and 8l + 4 + j: A is laid out the same way once per
+// call (rows_as_bf16), and lane l's 8 codes of a chunk lie in one scale group whenever bk (16 for NVFP4, 32 for MXFP4)
+// divides 128. The old decode took vpmultishiftqb + vpermw per 32 codes; on the dev Xeon the shuffles, the 512-bit
+// shifts and vdpbf16ps (~2.3 cycles each) all wait on one port, so these 11 instructions per 128 codes and row are the
+// bound (bench/RESULTS.md AC).
 constexpr int64_t kChunk = 128;  // k per 64-byte load of codes
 
 // e2m1 code (the low 4 of the 5 index bits vpermw reads; bit 4 is the next code's) -> its bf16.
