@@ -2,8 +2,6 @@
 // Workspace. Everything here is off the hot path except Workspace, which is one pool allocation per launcher call.
 #include <array>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <string>
 #include <utility>

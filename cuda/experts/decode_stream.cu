@@ -2,8 +2,6 @@
 // counters' zeroing, then the persistent kernel, chained by programmatic dependent launch).
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 
 #include "cuda/common/align.h"
 #include "cuda/common/check.h"

@@ -7,8 +7,6 @@
 // is gathered and rounded in one pass, and its h rounded in the up GEMM's epilogue for dynamic groups of 128).
 // No host sync: every size the host needs is a bound (P, the tile count), so the call is graph-capturable.
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "cuda/common/check.h"
@@ -18,13 +16,11 @@
 #include "cuda/gemm/grouped_gemm.h"
 
 namespace moex::cuda {
-namespace {
 
-// The pipeline's A/B switches, read per call so a test can flip them: MOEX_FUSED_H_QUANT=0 quantizes h in its own
-// pass after the up GEMM (the earlier form, for timing and for the tests' twin run); MOEX_Y_F32=1 see y_rows;
-// MOEX_PACKED_ROWS=0 pads grouped_mm's expert blocks as deepgemm does (the earlier layout) (env_is: cuda/common/env.h).
-
-}  // namespace
+// The pipeline's A/B switches (env_is, cuda/common/env.h), read per call so a test can flip them:
+// MOEX_FUSED_H_QUANT=0 quantizes h in its own pass after the up GEMM (the earlier form, for timing and for the tests'
+// twin run); MOEX_Y_F32=1 see y_rows; MOEX_PACKED_ROWS=0 pads grouped_mm's expert blocks as deepgemm does (the
+// earlier layout).
 
 const char* grouped_save_why_not(const ExpertsArgs& a) {
     if (!a.has_gate) return "ungated experts (their backward recomputes the up projection)";

@@ -1,7 +1,5 @@
 // launch_grouped_gemm (the chooser: the sm_90a WGMMA kernel for bf16/f16 when it accepts the shape, else the
 // portable kernel) and launch_grouped_gemm_portable with its instantiation list.
-#include <cstdlib>
-#include <cstring>
 
 #include "cuda/common/align.h"
 #include "cuda/common/check.h"
