@@ -14,6 +14,7 @@
 namespace {
 
 using namespace moex::cuda::sm90;
+using moex::cuda::smem_u32;
 
 #define CHECK(x)                                                                                     \
     do {                                                                                             \

@@ -1,9 +1,16 @@
-// Inline PTX shared by the kernels: the 16-byte streaming load for data read exactly once (weights in decode).
+// Inline PTX shared by the kernels: a shared-memory address as PTX's 32-bit operand, and the 16-byte streaming load
+// for data read exactly once (weights in decode).
 #pragma once
 
 #include <cstdint>
 
 namespace moex::cuda {
+
+// The 32-bit shared-state-space address of a pointer into shared memory (the operand of cp.async, ldmatrix, mbarrier
+// and TMA instructions).
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
 
 // ld.global.nc with L1::no_allocate: the weights do not evict the activations that every warp re-reads from L1.
 // kPrefetchL2: also ask L2 for the whole 256-byte sector run (the next lines of a weight row stream in sooner).

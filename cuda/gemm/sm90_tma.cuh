@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "cuda/common/ptx.cuh"
+
 // TUTORIAL: the TMA pipeline. A ring of kStages shared-memory slots, each guarded by two mbarriers.
 // - full[s] is armed by the producer thread with `arrive.expect_tx(bytes)` (one arrival + a byte count) and is
 //   completed by the copy engine: every `cp.async.bulk.tensor` that lands in slot s names full[s] and subtracts
@@ -21,10 +23,6 @@
 // consumers arrive on the local and the remote empty[s] (`mapa` turns a local shared address into the peer's).
 
 namespace moex::cuda::sm90 {
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 
 // ---- mbarrier ---------------------------------------------------------------------------------------------
 __device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
