@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -101,23 +102,28 @@ bool device_ready(std::string* why) {
 }
 
 void set_smem_limit(const void* kernel, size_t bytes) {
+    struct Entry {
+        bool known = false;
+        size_t static_bytes = 0, limit = 0;  // the kernel's static shared memory; the dynamic limit set (0: default)
+    };
     static std::mutex mu;
-    static std::vector<std::pair<std::pair<const void*, int>, size_t>> done;  // (kernel, device) -> bytes set
+    static std::unordered_map<const void*, std::array<Entry, kMaxDevices>> seen;  // a lookup per launch: no scan
+    constexpr size_t kDefault = 48 * 1024;  // static + dynamic per block without the opt-in
     const DeviceState& d = device_state();
-    MOEX_REQUIRE(bytes <= d.smem_optin, ErrorCode::kUnsupported,
-                 "a kernel needs " + std::to_string(bytes) + " bytes of shared memory; the device allows " +
-                     std::to_string(d.smem_optin));
     std::lock_guard<std::mutex> lock(mu);
-    for (auto& [key, have] : done) {
-        if (key.first == kernel && key.second == d.id) {
-            if (have >= bytes) return;
-            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-            have = bytes;
-            return;
-        }
+    Entry& e = seen[kernel][size_t(d.id)];
+    if (!e.known) {
+        cudaFuncAttributes attr{};
+        CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+        e.known = true, e.static_bytes = attr.sharedSizeBytes;
     }
+    if (e.static_bytes + bytes <= kDefault || e.limit >= bytes) return;
+    MOEX_REQUIRE(e.static_bytes + bytes <= d.smem_optin, ErrorCode::kUnsupported,
+                 "a kernel needs " + std::to_string(bytes) + " bytes of dynamic shared memory besides its " +
+                     std::to_string(e.static_bytes) + " static bytes; the device allows " +
+                     std::to_string(d.smem_optin) + " in all");
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-    done.push_back({{kernel, d.id}, bytes});
+    e.limit = bytes;
 }
 
 Workspace::~Workspace() {

@@ -30,12 +30,15 @@ int current_device();               // cudaGetDevice, checked against kMaxDevice
 
 inline cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 
-// Raises `kernel`'s dynamic shared-memory limit to `bytes` once per device (so that a later call under stream capture
-// makes no attribute call). Throws when the device cannot give that much.
+// Lets `kernel` launch with `bytes` of dynamic shared memory on the current device: a block may hold 48 KiB of static
+// plus dynamic shared memory unless the kernel's dynamic limit is raised (cudaFuncAttributeMaxDynamicSharedMemorySize),
+// so the limit is raised where the kernel's static shared memory plus `bytes` pass 48 KiB. The kernel's static size
+// and the limit set are kept per (kernel, device): after the first call no CUDA call is made (none under a later
+// stream capture). Throws when the device cannot give that much.
 void set_smem_limit(const void* kernel, size_t bytes);
 template <class Kernel>
 void allow_dynamic_smem(Kernel* kernel, size_t bytes) {
-    if (bytes > 48 * 1024) set_smem_limit(reinterpret_cast<const void*>(kernel), bytes);
+    if (bytes > 0) set_smem_limit(reinterpret_cast<const void*>(kernel), bytes);
 }
 
 // Programmatic dependent launch (sm_90) for the decode chain's kernels (pdl.cuh): each is scheduled while the kernel
