@@ -39,7 +39,7 @@ struct BenchArgs {
     std::vector<std::string> backends, shapes, peer_gemms;
     std::vector<int64_t> tokens;
     int threads = 0, reps = 0, warmup = -1;
-    double case_seconds = 0, max_weight_gb = 0, peak_gflops = 0, peak_gbps = 0;
+    double case_seconds = 0, settle_seconds = -1, max_weight_gb = 0, peak_gflops = 0, peak_gbps = 0;
     int64_t read_mib = 1024, gemm_n = 2048;
     uint64_t seed = 0;
     bool json = false, floor_only = false, graph = false, backward = false, keep = false, recompute = false;
@@ -49,7 +49,7 @@ struct BenchArgs {
 // on the 141 GB card, so no E reduction; eager is left out by default as it synchronises the host.
 struct DeviceDefaults {
     int reps, warmup;
-    double case_seconds, max_weight_gb;
+    double case_seconds, settle_seconds, max_weight_gb;
     std::vector<int64_t> tokens;
     std::vector<std::string> backends;  // empty: every registered backend
 };
@@ -65,8 +65,8 @@ std::variant<GemmRate, std::string> parse_peer_gemm(const std::string& s) {
 }
 
 const DeviceDefaults& defaults_for(Device d) {
-    static const DeviceDefaults cpu{5, 1, 10, 6, {shapes::kBenchTokens.begin(), shapes::kBenchTokens.end()}, {}};
-    static const DeviceDefaults gpu{25, 2, 2, 100, {1, 8, 64, 512, 4096, 16384}, {"batched_mm", "grouped_mm"}};
+    static const DeviceDefaults cpu{5, 1, 10, 1, 6, {shapes::kBenchTokens.begin(), shapes::kBenchTokens.end()}, {}};
+    static const DeviceDefaults gpu{25, 2, 2, 0, 100, {1, 8, 64, 512, 4096, 16384}, {"batched_mm", "grouped_mm"}};
     return d == Device::kCPU ? cpu : gpu;
 }
 
@@ -124,6 +124,7 @@ BenchConfig make_config(BenchArgs& a) {
     if (a.reps == 0) a.reps = d.reps;
     if (a.warmup < 0) a.warmup = d.warmup;
     if (a.case_seconds == 0) a.case_seconds = d.case_seconds;
+    if (a.settle_seconds < 0) a.settle_seconds = d.settle_seconds;
     if (a.max_weight_gb == 0) a.max_weight_gb = d.max_weight_gb;
     if (a.tokens.empty()) a.tokens = d.tokens;
     if (a.backends.empty()) a.backends = d.backends;
@@ -140,6 +141,8 @@ BenchConfig make_config(BenchArgs& a) {
     MOEX_REQUIRE(a.reps >= 1 && a.warmup >= 0, ErrorCode::kInvalidArgument, "--reps must be >= 1, --warmup >= 0");
     MOEX_REQUIRE(a.case_seconds > 0 && a.max_weight_gb > 0, ErrorCode::kInvalidArgument,
                  "--case-seconds and --max-weight-gb must be positive");
+    MOEX_REQUIRE(c.device == Device::kCPU || a.settle_seconds == 0, ErrorCode::kInvalidArgument,
+                 "--settle-seconds is a CPU setting (the CUDA cases warm up per case)");
     MOEX_REQUIRE(a.read_mib >= 64 && a.gemm_n >= 64, ErrorCode::kInvalidArgument,
                  "--read-mib and --gemm-n must be >= 64");
     for (int64_t t : a.tokens)
@@ -147,6 +150,7 @@ BenchConfig make_config(BenchArgs& a) {
     c.reps = a.reps;
     c.warmup = a.warmup;
     c.case_seconds = a.case_seconds;
+    c.settle_seconds = a.settle_seconds;
     c.seed = a.seed;
     c.max_weight_bytes = int64_t(a.max_weight_gb * double(1LL << 30));
     const common::QuantOptions q = common::parse_quant_options(a.quant, a.block, a.scale_fmt, a.activation_scheme);
@@ -348,6 +352,16 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--warmup", a->warmup, "Untimed repetitions first (default: CPU 1, CUDA 2)");
     cmd->add_option("--case-seconds", a->case_seconds,
                     "Cut repetitions so a case takes about this long (default: CPU 10, CUDA 2)");
+    cmd->add_option("--settle-seconds", a->settle_seconds,
+                    "CPU: untimed calls of a shape's first case for this long before it is timed: the first reads of "
+                    "fresh weight sets ran up to 3x slower on a VM (default 1, RESULTS.md AF)")
+        ->check([](const std::string& v) -> std::string {
+            char* end = nullptr;
+            const double x = std::strtod(v.c_str(), &end);
+            return end != v.c_str() && *end == '\0' && std::isfinite(x) && x >= 0
+                       ? ""
+                       : "must be a number of seconds >= 0, got '" + v + "'";
+        });
     cmd->add_option("--max-weight-gb", a->max_weight_gb,
                     "Weight memory per shape (GiB); E is reduced to fit (default: CPU 6, CUDA 100)");
     cmd->add_option("--peak-gflops", a->peak_gflops,

@@ -20,7 +20,8 @@ struct BenchConfig {
     int threads = 1;
     int reps = 5;
     int warmup = 1;
-    double case_seconds = 10;  // repetitions are cut so that one case takes about this long
+    double case_seconds = 10;   // repetitions are cut so that one case takes about this long
+    double settle_seconds = 0;  // CPU: untimed calls before a shape's first case (ShapeBench::run)
     uint64_t seed = 0;
     int64_t max_weight_bytes = 6LL << 30;  // all weight sets of one shape together
     int64_t llc_bytes = 32LL << 20;        // the cache that must not hold a repetition's experts (CPU LLC, GPU L2)
@@ -106,6 +107,7 @@ class ShapeBench : public CaseRunner {
     std::vector<DeviceTensor> down_;     // per set: (E, H, I)
     std::vector<ExpertsQuant> quant_;    // per set, quantized configs: the scales (in scales_)
     std::vector<DeviceTensor> scales_;
+    bool settled_ = false;  // the first case's settle calls ran
 };
 
 }  // namespace moex::bench
