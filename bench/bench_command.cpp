@@ -202,7 +202,7 @@ void measure_cuda_floor(const BenchConfig& c, MachineFloor& floor, std::vector<s
 MachineFloor make_floor(const BenchArgs& a, const BenchConfig& c, std::vector<std::string>& notes) {
     MachineFloor floor;
     if (c.device == Device::kCPU) {
-        floor = measure_floor(c.threads, c.dtype, a.read_mib << 20, a.gemm_n);
+        floor = measure_floor(c.threads, c.dtype, a.read_mib << 20, a.gemm_n, c.settle_seconds);
     } else {
         measure_cuda_floor(c, floor, notes);
     }

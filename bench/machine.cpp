@@ -278,7 +278,7 @@ double read_pass(int threads, const float* p, int64_t n, double (*sum)(const flo
     return seconds_since(t0);
 }
 
-ReadBandwidth measure_read_bandwidth(int threads, int64_t bytes, int tries) {
+ReadBandwidth measure_read_bandwidth(int threads, int64_t bytes, int tries, double settle_seconds) {
     const int64_t unit = int64_t(threads) * 8 * 1024;  // whole 4 KiB pages per thread, 16-stream divisible
     const int64_t n = std::max<int64_t>(1, bytes / 4 / unit) * unit;
     Tensor buf(DType::kF32, {n});
@@ -288,6 +288,10 @@ ReadBandwidth measure_read_bandwidth(int threads, int64_t bytes, int tries) {
     });
     const std::vector<ReadKernel> kernels = read_kernels();
     std::vector<double> sums(static_cast<size_t>(threads)), best(kernels.size(), 1e30);
+    // Untimed passes first: the first reads of a buffer just written ran slow on a VM (bench/RESULTS.md AF, AG5).
+    const auto t0 = std::chrono::steady_clock::now();
+    while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < settle_seconds)
+        read_pass(threads, p, n, kernels[0].sum, sums.data());
     for (int i = 0; i < tries; ++i)  // round-robin, so a burst of load from elsewhere hits every kernel alike
         for (size_t k = 0; k < kernels.size(); ++k) {
             best[k] = std::min(best[k], read_pass(threads, p, n, kernels[k].sum, sums.data()));
@@ -345,10 +349,10 @@ void measure_gemms(MachineFloor& f, int threads, DType weight_dtype, int64_t n) 
     for (size_t i = first; i < f.gemms.size(); ++i) f.gemms[i].what += fmt::format(" {}³", n);
 }
 
-MachineFloor measure_floor(int threads, DType weight_dtype, int64_t read_bytes, int64_t gemm_n) {
+MachineFloor measure_floor(int threads, DType weight_dtype, int64_t read_bytes, int64_t gemm_n, double settle_seconds) {
     MachineFloor f;
     f.read_buffer_bytes = read_bytes;
-    const ReadBandwidth rb = measure_read_bandwidth(threads, read_bytes, 5);
+    const ReadBandwidth rb = measure_read_bandwidth(threads, read_bytes, 5, settle_seconds);
     f.read_gbps = rb.gbps;
     f.read_what =
         fmt::format("best of 5 passes of each read kernel (xS: S streams per thread): {}; all: {}", rb.best, rb.all);

@@ -39,16 +39,19 @@ struct MachineFloor {
 };
 
 // Multithreaded reads of a `bytes`-sized buffer by every read kernel this CPU runs (AVX-512 and AVX2, 1 to 8 streams
-// per thread, plain, vmovntdqa and prefetchnta loads), `tries` passes each: the best, in 1e9 bytes/s.
+// per thread, plain, vmovntdqa and prefetchnta loads), `tries` passes each after `settle_seconds` of untimed passes:
+// the best, in 1e9 bytes/s.
 struct ReadBandwidth {
     double gbps = 0;
     std::string best;  // the kernel that reached it
     std::string all;   // "kernel GB/s" of each kernel
 };
-ReadBandwidth measure_read_bandwidth(int threads, int64_t bytes, int tries);
+ReadBandwidth measure_read_bandwidth(int threads, int64_t bytes, int tries, double settle_seconds = 0);
 
 // Memory bandwidth plus dense C = A·Bᵀ GEMM at n×n×n: OpenBLAS's and MKL's sgemm and bf16 GEMMs (loaded with dlopen,
-// so the program depends on neither), moex::cpu::dense_gemm with f32 weights and with `weight_dtype` weights.
-MachineFloor measure_floor(int threads, DType weight_dtype, int64_t read_bytes, int64_t gemm_n);
+// so the program depends on neither), moex::cpu::dense_gemm with f32 weights and with `weight_dtype` weights. The read
+// buffer is settled first (`settle_seconds`, moex bench --settle-seconds).
+MachineFloor measure_floor(int threads, DType weight_dtype, int64_t read_bytes, int64_t gemm_n,
+                           double settle_seconds = 0);
 
 }  // namespace moex::bench
