@@ -32,6 +32,16 @@ namespace amx {
 // thread state, so Linux hands it out on request (arch_prctl ARCH_REQ_XCOMP_PERM, granted per process); a thread that
 // runs AMX without the grant dies of SIGILL.
 
+// Tile loads the compiler orders against this thread's stores. GCC's _tile_loadd (amxtileintrin.h, GCC 12) passes
+// the address as a plain register and declares no memory access, so the stores that write a tile's bytes (packed rows,
+// decoded panels) could be moved after the load, and later stores into the same buffer before it; the "memory"
+// clobber forbids both. (TDPBF16PS touches no memory; _tile_stored already clobbers it.)
+#define MOEX_TILE_LOADD(dst, base, stride)                                        \
+    __asm__ volatile("{tileloadd\t(%0,%1,1), %%tmm" #dst "|tileloadd\t%%tmm" #dst \
+                     ", [%0+%1*1]}" ::"r"(static_cast<const void*>(base)),        \
+                     "r"(static_cast<long>(stride))                               \
+                     : "memory")
+
 constexpr int kTileRows = 16, kTileBytes = 64;  // every tile here: 16 rows x 64 bytes
 constexpr int kBlock = 32;                      // rows and columns of C per step: 2 x 2 tiles
 constexpr int kPairsPerTile = 16;               // k pairs per A / B tile: 32 k values
@@ -70,10 +80,10 @@ inline void zero_tiles() {
 
 template <int MT, int NT>
 inline void tile_step(const void* a0, const void* a1, int64_t sa, const void* b0, const void* b1) {
-    _tile_loadd(4, a0, sa);
-    if constexpr (MT == 2) _tile_loadd(5, a1, sa);
-    _tile_loadd(6, b0, kTileBytes);
-    if constexpr (NT == 2) _tile_loadd(7, b1, kTileBytes);
+    MOEX_TILE_LOADD(4, a0, sa);
+    if constexpr (MT == 2) MOEX_TILE_LOADD(5, a1, sa);
+    MOEX_TILE_LOADD(6, b0, kTileBytes);
+    if constexpr (NT == 2) MOEX_TILE_LOADD(7, b1, kTileBytes);
     _tile_dpbf16ps(0, 4, 6);
     if constexpr (NT == 2) _tile_dpbf16ps(1, 4, 7);
     if constexpr (MT == 2) _tile_dpbf16ps(2, 5, 6);
@@ -92,10 +102,10 @@ template <int MT, int NT>
 void weight_block(const uint16_t* w, int64_t ldw, const uint32_t* x, int64_t group, int64_t steps, const uint16_t* tail,
                   const float* acc_in, float* acc_out, const char* prefetch, int64_t pf_stride) {
     if (acc_in) {
-        _tile_loadd(0, acc_in, kTileBytes);
-        if constexpr (NT == 2) _tile_loadd(1, acc_in + 256, kTileBytes);
-        if constexpr (MT == 2) _tile_loadd(2, acc_in + 512, kTileBytes);
-        if constexpr (MT == 2 && NT == 2) _tile_loadd(3, acc_in + 768, kTileBytes);
+        MOEX_TILE_LOADD(0, acc_in, kTileBytes);
+        if constexpr (NT == 2) MOEX_TILE_LOADD(1, acc_in + 256, kTileBytes);
+        if constexpr (MT == 2) MOEX_TILE_LOADD(2, acc_in + 512, kTileBytes);
+        if constexpr (MT == 2 && NT == 2) MOEX_TILE_LOADD(3, acc_in + 768, kTileBytes);
     } else {
         zero_tiles<MT, NT>();
     }

@@ -75,10 +75,10 @@ void tile_block(const uint16_t* a, int64_t lda, const uint32_t* b0, int64_t pane
     asm volatile("" ::: "memory");  // the copies and padding above reach memory before the tile loads read it
     const int64_t sa = lda * 2;
     if (acc) {
-        _tile_loadd(0, t[0].mem, t[0].stride);
-        if constexpr (NT == 2) _tile_loadd(1, t[1].mem, t[1].stride);
-        if constexpr (MT == 2) _tile_loadd(2, t[2].mem, t[2].stride);
-        if constexpr (MT == 2 && NT == 2) _tile_loadd(3, t[3].mem, t[3].stride);
+        MOEX_TILE_LOADD(0, t[0].mem, t[0].stride);
+        if constexpr (NT == 2) MOEX_TILE_LOADD(1, t[1].mem, t[1].stride);
+        if constexpr (MT == 2) MOEX_TILE_LOADD(2, t[2].mem, t[2].stride);
+        if constexpr (MT == 2 && NT == 2) MOEX_TILE_LOADD(3, t[3].mem, t[3].stride);
     } else {
         zero_tiles<MT, NT>();
     }
