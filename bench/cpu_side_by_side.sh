@@ -6,9 +6,10 @@
 #   bash bench/cpu_side_by_side.sh                    # bf16 (ggml: bf16 and f16 weights), qwen3 + mixtral
 #   DTYPE=f32 bash bench/cpu_side_by_side.sh          # f32 everywhere
 #   QUANT=fp8_block bash bench/cpu_side_by_side.sh    # moex FP8 experts (bf16 activations) beside ggml's q8_0
+#   QUANT=mxfp4 bash bench/cpu_side_by_side.sh        # moex MXFP4 beside ggml's MXFP4 and q4_0 (nvfp4: ggml's NVFP4)
 #
 # Env: MOEX (build/moex), PY (a python with torch + transformers, default ~/.cache/moex/venv/bin/python), SHAPES,
-#      TOKENS, DTYPE (bf16 | f32), QUANT (none | fp8_block), THREADS (default nproc), OUT (folder of the JSON lines),
+#      TOKENS, DTYPE (bf16 | f32), QUANT (none | fp8_block | mxfp4 | nvfp4), THREADS (default nproc), OUT (folder of the JSON lines),
 #      SECONDS_PER_CASE (3), TORCH_GEMM (1: torch's dense GEMM rate, bench/torch_gemm_rate.py, joins moex bench's
 #      floor as --peer-gemm, so the compute term is the machine's fastest GEMM: oneDNN's AMX on a Xeon; 0: not).
 #      Slow peers are cut so the run stays bounded: moex's and transformers' batched_mm (one
@@ -75,10 +76,14 @@ if [[ $QUANT == none ]]; then  # transformers' CPU experts take no quantized wei
     peers+=("$OUT/hf.jsonl")
 fi
 
-# ggml at the nearest weight precision: bf16 -> bf16 and f16, f32 -> f32, FP8 -> q8_0 (8.5 bits per weight).
+# ggml at the nearest weight precision: bf16 -> bf16 and f16, f32 -> f32, FP8 -> q8_0 (8.5 bits per weight), and the
+# FP4 formats to ggml's own MXFP4 / NVFP4 (the same codes and scales; its dot products take the activations as q8_0),
+# MXFP4 also beside q4_0 (4.5 bits per weight, llama.cpp's most used 4-bit type).
 case "$QUANT/$DTYPE" in
     none/bf16) ggml_types=(bf16 f16) ;;
     none/*) ggml_types=("$DTYPE") ;;
+    mxfp4/*) ggml_types=(mxfp4 q4_0) ;;
+    nvfp4/*) ggml_types=(nvfp4) ;;
     *) ggml_types=(q8_0) ;;
 esac
 for w in "${ggml_types[@]}"; do

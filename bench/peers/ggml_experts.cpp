@@ -4,7 +4,8 @@
 // the same E reduction and weight-set rotation past the last-level cache, k distinct uniform experts per token with a
 // new routing every repetition, median of the repetitions. Built against ggml by bench/peers/ggml.sh (ggml is not
 // a dependency of moex); prints a table or `hf_cpu_bench.py --combine` JSON lines (impl "llama.cpp").
-//   ggml_experts --shapes qwen3-30b-a3b --tokens 1,8,64 --weights f16|bf16|f32|q8_0 [--threads N] [--reps 5]
+//   ggml_experts --shapes qwen3-30b-a3b --tokens 1,8,64 --weights f16|bf16|f32|q8_0|q4_0|mxfp4|nvfp4 [--threads N]
+//                [--reps 5]
 //                [--case-seconds 10] [--max-weight-gb 6] [--json]
 #include <ggml-cpu.h>
 #include <ggml.h>
@@ -95,7 +96,10 @@ ggml_type weight_type(const std::string& name) {
     if (name == "bf16") return GGML_TYPE_BF16;
     if (name == "f32") return GGML_TYPE_F32;
     if (name == "q8_0") return GGML_TYPE_Q8_0;
-    die("--weights is f16, bf16, f32 or q8_0, not `" + name + "`");
+    if (name == "q4_0") return GGML_TYPE_Q4_0;
+    if (name == "mxfp4") return GGML_TYPE_MXFP4;
+    if (name == "nvfp4") return GGML_TYPE_NVFP4;
+    die("--weights is f16, bf16, f32, q8_0, q4_0, mxfp4 or nvfp4, not `" + name + "`");
 }
 
 int64_t llc_bytes() {  // the largest data or unified cache of cpu0, as bench/cases.cpp and hf_cpu_bench.py read it
