@@ -15,6 +15,7 @@
 #include "moex/problem_file.h"
 #include "moex/quant.h"
 #include "src/backends/cuda_bridge.h"
+#include "src/cpu/fp4_int_avx2.h"
 #include "src/cpu/kernels.h"
 #include "tests/backward_reference.h"
 #include "tests/test_support.h"
@@ -647,6 +648,65 @@ TEST(QuantKernels, Avx2Fp8DecodeRoutesGiveTheSameBits) {
     ASSERT_TRUE(avx2->stream_fused(rows.data(), M, w, n, f16.data(), n));  // |a| >= 2^16 in the last row: f16
     EXPECT_EQ(std::memcmp(biased.data(), f16.data(), size_t((M - 1) * n) * 4), 0);
     EXPECT_TRUE(std::isnan(biased[4]) && std::isnan(f16[size_t(M - 1) * size_t(n) + 4]));
+}
+
+// The AVX2 FP4 GEMV takes rows that are exact integers per block of 32 (bf16 rows, zero blocks) on vpmaddwd
+// (fp4_int_avx2.cpp) and the other rows (an element 40 binades below its block's largest) on the f32 route, each row
+// alone: every output within 1e-5 of float64 (relative to Σ|w·a|) and with the bits its row gives alone, whatever the
+// mix of rows in the call. Which rows are integer blocks: every element a multiple of 2^-29 of its block's largest
+// power of two (a bf16 value down to 22 binades below, an f32 value with a full mantissa down to 6), no NaN or
+// infinity.
+TEST(QuantKernels, Avx2Fp4IntegerRouteMatchesFloat64AndIsRowInvariant) {
+    const cpu::KernelTable* avx2 = cpu::avx2_kernels();
+    if (!avx2) GTEST_SKIP() << "this CPU has no AVX2";
+    for (const Scheme& s : kSchemes) {
+        if (s.format == QuantFormat::kFp8) continue;
+        const int64_t K = 192, N = 64, M = 11, n = N - 5 - 2;
+        const QuantProblem qp(1, K, N / 2, 2, 1, Variant{}, s, 29);
+        const cpu::WeightMat w = cpu::unpack_problem(qp.problem()).up(1).from_row(5);
+        std::vector<float> a(size_t(M * K)), deq(size_t(n * K)), got(size_t(M * n)), one(static_cast<size_t>(n));
+        for (size_t i = 0; i < a.size(); ++i) {  // bf16 values within 15 binades of each other
+            const double v = std::sin(0.37 * double(i));
+            a[i] = bf16_to_f32(
+                f32_to_bf16(float(std::copysign(std::max(std::fabs(v), 0.01), v) * std::exp2(double(i % 9) - 4))));
+        }
+        for (int64_t k = 32; k < 64; ++k) a[size_t(2 * K + k)] = (k & 1) ? -0.0f : 0.0f;    // a zero block
+        for (int64_t r = 1; r < M; r += 3) a[size_t(r * K + 70)] = std::ldexp(1.37f, -40);  // f32-route rows
+        std::vector<const float*> rows;
+        for (int64_t r = 0; r < M; ++r) rows.push_back(a.data() + r * K);
+        cpu::scalar_kernels().dequant(w, n, 0, K, deq.data(), K);
+        ASSERT_TRUE(avx2->stream_fused(rows.data(), M, w, n, got.data(), n)) << s.name;
+        for (int64_t r = 0; r < M; ++r) {
+            ASSERT_TRUE(avx2->stream_fused(rows.data() + r, 1, w, n, one.data(), n));
+            EXPECT_EQ(std::memcmp(one.data(), got.data() + r * n, size_t(n) * 4), 0) << s.name << " row " << r;
+            for (int64_t j = 0; j < n; ++j) {
+                double ref = 0, mag = 0;
+                for (int64_t k = 0; k < K; ++k) {
+                    const double p = double(deq[size_t(j * K + k)]) * double(a[size_t(r * K + k)]);
+                    ref += p, mag += std::fabs(p);
+                }
+                EXPECT_NEAR(double(got[size_t(r * n + j)]), ref, 1e-5 * mag + 1e-30) << s.name << " r=" << r;
+            }
+        }
+    }
+    // Which rows the integer route takes.
+    const int64_t K = 64;
+    std::vector<float> row(static_cast<size_t>(K)), buf(static_cast<size_t>(cpu::int_row_floats(K)));
+    for (int64_t k = 0; k < K; ++k) row[size_t(k)] = bf16_to_f32(f32_to_bf16(float(std::cos(0.7 * double(k)) * 3.0)));
+    EXPECT_TRUE(cpu::int_row_avx2(row.data(), K, buf.data()));
+    row[33] = 3.0f;                   // block 1's largest: its step is 2^(1 - 29)
+    row[40] = std::ldexp(1.0f, -28);  // one step
+    EXPECT_TRUE(cpu::int_row_avx2(row.data(), K, buf.data()));
+    row[40] = std::ldexp(1.5f, -28);  // a step and a half
+    EXPECT_FALSE(cpu::int_row_avx2(row.data(), K, buf.data()));
+    row[40] = 0.0f, row[3] = 1.0f / 3.0f;  // an f32 value with a full mantissa, 3 binades down: on the grid
+    EXPECT_TRUE(cpu::int_row_avx2(row.data(), K, buf.data()));
+    row[3] = std::ldexp(1.0f / 3.0f, -10);  // 13 binades down: off
+    EXPECT_FALSE(cpu::int_row_avx2(row.data(), K, buf.data()));
+    row[3] = std::nanf("");
+    EXPECT_FALSE(cpu::int_row_avx2(row.data(), K, buf.data()));
+    row[3] = 0.0f, row[60] = -INFINITY;
+    EXPECT_FALSE(cpu::int_row_avx2(row.data(), K, buf.data()));
 }
 #endif
 

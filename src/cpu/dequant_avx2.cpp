@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "src/cpu/fp4_int_avx2.h"
 #include "src/cpu/kernels.h"
 #include "src/cpu/parallel.h"
 #include "src/cpu/scalar_codecs_local.h"
@@ -276,8 +277,10 @@ void fused_tile(const float* const* a, const WeightMat& b, int64_t j, const floa
                 for (int mb = 0; mb < MB; ++mb) c[mb * ldc + j + nb] = bits_f32(0x7fc00000u);
 }
 
+}  // namespace
+
 // The S_g of rows [j, j + nb) into s (groups apart), decoding each scale row once (FP8 blocks share it across rows).
-bool tile_scales(const WeightMat& b, int64_t j, int64_t nb, int64_t groups, float* s) {
+bool tile_scales_avx2(const WeightMat& b, int64_t j, int64_t nb, int64_t groups, float* s) {
     const float factor = b.q.format == QuantFormat::kFp8 ? 256.0f : 1.0f;
     for (int64_t r = 0; r < nb; ++r) {
         const int64_t srow = (b.q.row0 + j + r) / b.q.bn;
@@ -289,21 +292,23 @@ bool tile_scales(const WeightMat& b, int64_t j, int64_t nb, int64_t groups, floa
     return true;
 }
 
+namespace {
+
 template <Codes D, int NB, int MB>
 bool fused_rows(const float* const* a, const WeightMat& b, int64_t n, float* c, int64_t ldc) {
     const int64_t bk = b.q.bk < b.K ? b.q.bk : b.K, groups = (b.K + bk - 1) / bk;
     float* s = thread_scratch(7, NB * groups);
     int64_t j = 0;
     for (; j + NB <= n; j += NB) {
-        if (!tile_scales(b, j, NB, groups, s)) return false;
+        if (!tile_scales_avx2(b, j, NB, groups, s)) return false;
         fused_tile<D, NB, MB>(a, b, j, s, groups, c, ldc);
     }
     for (; j + 2 <= n; j += 2) {  // tails in pairs: a lone row is fma-latency bound
-        if (!tile_scales(b, j, 2, groups, s)) return false;
+        if (!tile_scales_avx2(b, j, 2, groups, s)) return false;
         fused_tile<D, 2, MB>(a, b, j, s, groups, c, ldc);
     }
     if (j < n) {
-        if (!tile_scales(b, j, 1, groups, s)) return false;
+        if (!tile_scales_avx2(b, j, 1, groups, s)) return false;
         fused_tile<D, 1, MB>(a, b, j, s, groups, c, ldc);
     }
     return true;
@@ -350,10 +355,30 @@ bool scaled_rows(const float* const* a, int64_t m, int64_t K, const float** out)
     return _mm256_movemask_ps(in_range) == 0xff;
 }
 
+// FP4: each row of A that int_row_avx2 can write as integer blocks takes the integer route (fp4_int_avx2.cpp), each
+// other row the f32 route, alone: a row's bits never depend on the other rows of the call.
+bool fused_fp4(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc) {
+    if (b.K % 32 != 0 || (b.q.bk != 16 && b.q.bk != 32) || m > kMaxScaledRows)
+        return fused_passes<Codes::kFp4>(a, m, b, n, c, ldc);
+    const int64_t per_row = int_row_floats(b.K);
+    float* buf = thread_scratch(6, m * per_row);
+    const float* bufs[kMaxScaledRows];
+    float* rows[kMaxScaledRows];
+    int64_t exact = 0;
+    for (int64_t r = 0; r < m; ++r) {
+        if (int_row_avx2(a[r], b.K, buf + r * per_row)) {
+            bufs[exact] = buf + r * per_row, rows[exact++] = c + r * ldc;
+        } else if (!fused_passes<Codes::kFp4>(a + r, 1, b, n, c + r * ldc, ldc)) {
+            return false;
+        }
+    }
+    return exact == 0 || stream_fp4_int_avx2(bufs, exact, b, n, rows);
+}
+
 template <bool Fp8>
 bool fused(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc) {
     if constexpr (!Fp8) {
-        return fused_passes<Codes::kFp4>(a, m, b, n, c, ldc);
+        return fused_fp4(a, m, b, n, c, ldc);
     } else {
         const float* scaled[kMaxScaledRows];
         if (scaled_rows(a, m, b.K, scaled)) return fused_passes<Codes::kFp8Biased>(scaled, m, b, n, c, ldc);

@@ -35,9 +35,9 @@ struct KernelTable {
     void (*dequant)(const WeightMat& b, int64_t n, int64_t k0, int64_t kc, float* dst, int64_t ldd);
     // stream for quantized B, the codes decoded in registers (no f32 copy). AVX-512: scaled per weight, the bits of
     // stream on the dequantized rows (except FP4 x bf16-valued rows: vdpbf16ps, scaled per group; see
-    // stream_fused_avx512.cpp). AVX2: each scale group of raw codes summed, then scaled once (dequant_avx2.cpp), the
-    // same bits for any row count. Returns false for what it does not cover (the caller dequantizes blocks instead);
-    // null in tables without one.
+    // stream_fused_avx512.cpp). AVX2: each scale group of raw codes summed, then scaled once (dequant_avx2.cpp; FP4
+    // against rows of exact integer blocks: vpmaddwd, fp4_int_avx2.cpp), the same bits for any row count. Returns false
+    // for what it does not cover (the caller dequantizes blocks instead); null in tables without one.
     bool (*stream_fused)(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc);
     // Activation rounding (act_quant.h), null in tables without one (the scalar loop runs): dst[i] = e4m3(divide ?
     // src[i] / q : src[i] * q) * s for i < n, and the largest |src[i]| with NaNs ignored; the scalar codecs' bits.

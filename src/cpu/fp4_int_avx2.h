@@ -1,0 +1,30 @@
+// The AVX2 FP4 decode GEMV's integer route (fp4_int_avx2.cpp) and the group-scale decode it shares with the f32 route
+// (dequant_avx2.cpp). Compiled for AVX2: call only from the AVX2 kernel table's code.
+#pragma once
+
+#include <cstdint>
+
+#include "src/cpu/kernels.h"
+
+namespace moex::cpu {
+
+// Floats of scratch int_row_avx2 fills per row of K (K a multiple of 32): the two int16 planes, then the block scales.
+inline int64_t int_row_floats(int64_t K) { return K + K / 32; }
+
+// One row of A as exact integers per block of 32: a[k] = (hi · 2^15 + lo) · 2^(E_b - 29), the planes in the lane
+// order of the kernel's decoded codes, and ab[b] = 2^(E_b - 38) (what turns the kernel's sums back into values). False
+// when some block cannot be written so (an element more than 22 binades below its block's largest that is no
+// multiple of the block's step, a NaN or an infinity, a block whose scale leaves the normal range): that row takes the
+// f32 route. `buf` holds int_row_floats(K) floats.
+bool int_row_avx2(const float* a, int64_t K, float* buf);
+
+// C rows c[r][j] = Σ_k a_r[k] · w[j][k] for j < n, rows r < m (m <= 24) of A prepared by int_row_avx2 into bufs[r],
+// FP4 weights B (MXFP4 or NVFP4, K a multiple of 32). False when a group scale is not finite (the caller then takes
+// the dequantized path).
+bool stream_fp4_int_avx2(const float* const* bufs, int64_t m, const WeightMat& b, int64_t n, float* const* c);
+
+// The S_g of rows [j, j + nb) of B into s (groups apart), each scale row decoded once (dequant_avx2.cpp). False when
+// some S_g is not finite.
+bool tile_scales_avx2(const WeightMat& b, int64_t j, int64_t nb, int64_t groups, float* s);
+
+}  // namespace moex::cpu
