@@ -676,7 +676,9 @@ TEST(QuantKernels, Avx2Fp4IntegerRouteMatchesFloat64AndIsRowInvariant) {
         for (int64_t r = 0; r < M; ++r) rows.push_back(a.data() + r * K);
         cpu::scalar_kernels().dequant(w, n, 0, K, deq.data(), K);
         ASSERT_TRUE(avx2->stream_fused(rows.data(), M, w, n, got.data(), n)) << s.name;
+        std::vector<float> planes(static_cast<size_t>(cpu::int_row_floats(K)));
         for (int64_t r = 0; r < M; ++r) {
+            EXPECT_EQ(cpu::int_row_avx2(rows[size_t(r)], K, planes.data()), r % 3 != 1) << "row " << r;  // the mix
             ASSERT_TRUE(avx2->stream_fused(rows.data() + r, 1, w, n, one.data(), n));
             EXPECT_EQ(std::memcmp(one.data(), got.data() + r * n, size_t(n) * 4), 0) << s.name << " row " << r;
             for (int64_t j = 0; j < n; ++j) {
