@@ -72,7 +72,6 @@ void tile_block(const uint16_t* a, int64_t lda, const uint32_t* b0, int64_t pane
         for (int v = 0; v < NT; ++v)
             t[2 * h + v] =
                 place_tile(c + h * 16 * ldc + v * 16, ldc, rows - 16 * h, cols - 16 * v, buf[2 * h + v], acc);
-    asm volatile("" ::: "memory");  // the copies and padding above reach memory before the tile loads read it
     const int64_t sa = lda * 2;
     if (acc) {
         MOEX_TILE_LOADD(0, t[0].mem, t[0].stride);
