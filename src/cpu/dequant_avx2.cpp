@@ -74,10 +74,6 @@ inline void e2m1x16(const uint8_t* p, __m256& lo8, __m256& hi8) {
     hi8 = e2m1x8(_mm_srli_si128(codes, 8));
 }
 
-// Prefetch distance in the stored bytes: rows of one matrix are contiguous, so this reaches into the rows the next
-// calls dequantize. Without it a thread alternates DRAM waits and compute (decode at T = 1 read 2.4 GB/s per thread).
-constexpr int64_t kAheadBytes = 8192;
-
 // Elements [k, k1) of row r, all under one scale sg.
 void run_fp8(const uint8_t* row, int64_t k, int64_t k1, float sg, float* d) {
     if (!biased_scale_fits(sg)) {
@@ -88,7 +84,7 @@ void run_fp8(const uint8_t* row, int64_t k, int64_t k1, float sg, float* d) {
     }
     const __m256 s = _mm256_set1_ps(sg * 0x1.0p120f);
     for (; k + 64 <= k1; k += 64, d += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(row + k + kAheadBytes), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(row + k + kQuantAheadBytes), _MM_HINT_T0);
 #pragma GCC unroll 8
         for (int u = 0; u < 64; u += 8) _mm256_storeu_ps(d + u, _mm256_mul_ps(e4m3x8(row + k + u), s));
     }
@@ -100,7 +96,7 @@ void run_fp4(const uint8_t* row, int64_t k, int64_t k1, float sg, float* d) {
     const __m256 s = _mm256_set1_ps(sg);
     for (; k < k1 && (k & 15) != 0; ++k) *d++ = e2m1_value((k & 1) ? row[k / 2] >> 4 : row[k / 2] & 15u) * sg;
     for (; k + 16 <= k1; k += 16, d += 16) {
-        if ((k & 127) == 0) _mm_prefetch(reinterpret_cast<const char*>(row + k / 2 + kAheadBytes), _MM_HINT_T0);
+        if ((k & 127) == 0) _mm_prefetch(reinterpret_cast<const char*>(row + k / 2 + kQuantAheadBytes), _MM_HINT_T0);
         __m256 lo, hi;
         e2m1x16(row + k / 2, lo, hi);
         _mm256_storeu_ps(d, _mm256_mul_ps(lo, s));
@@ -221,9 +217,7 @@ void fused_tile(const float* const* a, const WeightMat& b, int64_t j, const floa
         for (int mb = 0; mb < MB; ++mb) tot[nb][mb] = _mm256_setzero_ps();
     const int64_t K = b.K, bk = b.q.bk < K ? b.q.bk : K, ld = b.ld;
     const auto* w = static_cast<const uint8_t*>(b.data) + j * ld;
-    // Prefetch the same bytes of the rows a whole number of tiles (>= kAheadBytes) further on: a fixed distance from
-    // each row reaches only this tile and part of the next (see stream_fused_avx512.cpp).
-    const int64_t ahead = NB * ld * (kAheadBytes / (NB * ld) + 1);
+    const int64_t ahead = tile_prefetch_ahead(NB, ld);
     auto prefetch = [&](int64_t byte) __attribute__((always_inline)) {
 #pragma GCC unroll 8
         for (int nb = 0; nb < NB; ++nb)

@@ -32,8 +32,6 @@ namespace moex::cpu {
 namespace {
 
 constexpr int64_t kBlock = 32;
-// Prefetch distance in stored bytes, whole tiles ahead (as the f32 route, dequant_avx2.cpp).
-constexpr int64_t kAheadBytes = 8192;
 
 inline float hmax8(__m256 v) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -67,7 +65,7 @@ void int_tile(const float* const* bufs, const WeightMat& b, int64_t j, const flo
     const int64_t K = b.K, ld = b.ld, blocks = K / kBlock;
     const bool nvfp4 = b.q.bk == 16;
     const auto* w = static_cast<const uint8_t*>(b.data) + j * ld;
-    const int64_t ahead = NB * ld * (kAheadBytes / (NB * ld) + 1);
+    const int64_t ahead = tile_prefetch_ahead(NB, ld);
     const __m256i shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4), nib = _mm256_set1_epi8(0x0f);
     const __m256i lut = e2m1_twice(), high = _mm256_set1_epi16(int16_t(0xff00));
     const __m256 two15 = _mm256_set1_ps(32768.0f);

@@ -1,5 +1,6 @@
-// The AVX2 FP4 decode GEMV's integer route (fp4_int_avx2.cpp) and the group-scale decode it shares with the f32 route
-// (dequant_avx2.cpp). Compiled for AVX2: call only from the AVX2 kernel table's code.
+// The AVX2 FP4 decode GEMV's integer route (fp4_int_avx2.cpp) and what it shares with the f32 route
+// (dequant_avx2.cpp): the group-scale decode and the prefetch distance. Compiled for AVX2: call only from the AVX2
+// kernel table's code.
 #pragma once
 
 #include <cstdint>
@@ -7,9 +8,24 @@
 #include "src/cpu/kernels.h"
 
 namespace moex::cpu {
+// The inline helpers have internal linkage: the test (portable code) includes this header too, and the linker must
+// never pick an AVX2 file's copy for it (scalar_codecs_local.h says why).
+namespace {
+
+// Prefetch distance of the AVX2 quantized kernels, in stored bytes: rows of one matrix are contiguous, so this reaches
+// into the rows the next calls read. Without it a thread alternates DRAM waits and compute (decode at T = 1 read 2.4
+// GB/s per thread).
+constexpr int64_t kQuantAheadBytes = 8192;
+
+// Where a GEMV tile of nb rows, ld bytes apart, prefetches: the same bytes of the rows a whole number of tiles
+// (>= kQuantAheadBytes) further on; a fixed distance from each row reaches only this tile and part of the next (see
+// stream_fused_avx512.cpp).
+inline int64_t tile_prefetch_ahead(int64_t nb, int64_t ld) { return nb * ld * (kQuantAheadBytes / (nb * ld) + 1); }
 
 // Floats of scratch int_row_avx2 fills per row of K (K a multiple of 32): the two int16 planes, then the block scales.
 inline int64_t int_row_floats(int64_t K) { return K + K / 32; }
+
+}  // namespace
 
 // One row of A as exact integers per block of 32: a[k] = (hi · 2^15 + lo) · 2^(E_b - 29), the planes in the lane
 // order of the kernel's decoded codes, and ab[b] = 2^(E_b - 38) (what turns the kernel's sums back into values). False
