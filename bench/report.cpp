@@ -212,7 +212,8 @@ void Reporter::table_start(Device device, bool backward) {
         "  ×floor = t / floor;  HF = best transformers 5.17 configuration (RESULTS.md);  HF÷moex > 1: moex is faster;");
     line(
         "  check = max|Δ|/rms against the (reference): the first backend at that T; MISMATCH beyond 1e-2·rms plus two");
-    line("  output roundings (|Δ| ≤ 1e-2·rms + 2^-7·|ref| in bf16); outputs are poisoned with NaN before the run.");
+    line("  output steps at |ref| (bf16 ulps), but for a rounding tail of <= 1e-6 of the values within 5e-2·rms;");
+    line("  outputs are poisoned with NaN before the run.");
     line("  ws MiB = peak of moex's device workspace pool over one call (docs/design.md gives the bound).");
     line(fmt::format("{:<18} {:>5} {:<16} {:>9} {:>8} {:>6} {:>7} {:>5} {:>5} {:>7} {:>7} {:>8} {:>4}  {}", "shape",
                      "T", "backend", "µs", "floor µs", "×floor", "TFLOP/s", "TB/s", "E_tch", "HF µs", "HF÷moex",
