@@ -672,6 +672,9 @@ TEST(QuantKernels, Avx2Fp4IntegerRouteMatchesFloat64AndIsRowInvariant) {
         }
         for (int64_t k = 32; k < 64; ++k) a[size_t(2 * K + k)] = (k & 1) ? -0.0f : 0.0f;    // a zero block
         for (int64_t r = 1; r < M; r += 3) a[size_t(r * K + 70)] = std::ldexp(1.37f, -40);  // f32-route rows
+        // A row near the bottom of the range: alone, its block scales times the weight scales leave the normal range,
+        // so it runs the unfolded tile (fp4_int_avx2.cpp fold_block_scales), with the bits it has beside other rows.
+        for (int64_t k = 0; k < K; ++k) a[size_t(9 * K + k)] = std::ldexp(a[size_t(9 * K + k)], -86);
         std::vector<const float*> rows;
         for (int64_t r = 0; r < M; ++r) rows.push_back(a.data() + r * K);
         cpu::scalar_kernels().dequant(w, n, 0, K, deq.data(), K);

@@ -53,17 +53,18 @@ inline __m256 group_pair(const float* s) {
     return _mm256_permute_ps(_mm256_castpd_ps(_mm256_set1_pd(pair)), 0x50);
 }
 
-// NB rows of B from row j against MB prepared rows of A. s: the rows' group scales, groups apart.
-template <int NB, int MB>
+// NB rows of B from row j against MB prepared rows of A. s: the rows' group scales, groups apart; kFolded (one row
+// of A): each already times the row's block scale ab (fold_block_scales), which saves a multiply and a load per block.
+template <int NB, int MB, bool kNv, bool kFolded>
 void int_tile(const float* const* bufs, const WeightMat& b, int64_t j, const float* s, int64_t groups,
               float* const* c) {
+    static_assert(!kFolded || MB == 1, "the folded scales belong to one row of A");
     __m256 tot[NB][MB];
 #pragma GCC unroll 8
     for (int nb = 0; nb < NB; ++nb)
 #pragma GCC unroll 4
         for (int mb = 0; mb < MB; ++mb) tot[nb][mb] = _mm256_setzero_ps();
     const int64_t K = b.K, ld = b.ld, blocks = K / kBlock;
-    const bool nvfp4 = b.q.bk == 16;
     const auto* w = static_cast<const uint8_t*>(b.data) + j * ld;
     const int64_t ahead = tile_prefetch_ahead(NB, ld);
     const __m256i shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4), nib = _mm256_set1_epi8(0x0f);
@@ -82,7 +83,7 @@ void int_tile(const float* const* bufs, const WeightMat& b, int64_t j, const flo
             const __m256i x = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srlv_epi32(raw, shift), nib));
             const __m256i even = _mm256_slli_epi16(x, 8), odd = _mm256_and_si256(x, high);
             const float* sg = s + nb * groups;
-            const __m256 scale = nvfp4 ? group_pair(sg + 2 * blk) : _mm256_broadcast_ss(sg + blk);
+            const __m256 scale = kNv ? group_pair(sg + 2 * blk) : _mm256_broadcast_ss(sg + blk);
 #pragma GCC unroll 4
             for (int mb = 0; mb < MB; ++mb) {
                 const auto* q = reinterpret_cast<const __m256i*>(bufs[mb]) + 4 * blk;
@@ -91,8 +92,12 @@ void int_tile(const float* const* bufs, const WeightMat& b, int64_t j, const flo
                 const __m256i lo = _mm256_add_epi32(_mm256_madd_epi16(even, _mm256_loadu_si256(q + 2)),
                                                     _mm256_madd_epi16(odd, _mm256_loadu_si256(q + 3)));
                 const __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), two15, _mm256_cvtepi32_ps(lo));
-                const __m256 ab = _mm256_broadcast_ss(bufs[mb] + K + blk);
-                tot[nb][mb] = _mm256_fmadd_ps(_mm256_mul_ps(v, ab), scale, tot[nb][mb]);
+                if constexpr (kFolded) {
+                    tot[nb][mb] = _mm256_fmadd_ps(v, scale, tot[nb][mb]);
+                } else {
+                    const __m256 ab = _mm256_broadcast_ss(bufs[mb] + K + blk);
+                    tot[nb][mb] = _mm256_fmadd_ps(_mm256_mul_ps(v, ab), scale, tot[nb][mb]);
+                }
             }
         }
     }
@@ -102,24 +107,70 @@ void int_tile(const float* const* bufs, const WeightMat& b, int64_t j, const flo
         for (int mb = 0; mb < MB; ++mb) c[mb][j + nb] = hsum8(tot[nb][mb]);
 }
 
+// One row of A: its block scales ab (powers of two) times the tile's group scales, in place. The products are exact
+// while they stay normal, and then v · (ab · s) is the same number as (v · ab) · s, so the folded tile gives the
+// unfolded one's bits. False (nothing to fold: the caller runs the unfolded tile) when some product leaves the normal
+// range.
+bool fold_block_scales(const float* ab, int64_t rows, int64_t groups, int64_t per_block, float* s) {
+    // s · ab of nonzero factors below FLT_MIN (rounded, or flushed to zero) or above FLT_MAX is not exact. (A zero
+    // block has ab = 0 and sums of 0: 0 either way.)
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), zero = _mm256_setzero_ps();
+    const __m256 tiny = _mm256_set1_ps(FLT_MIN), huge = _mm256_set1_ps(FLT_MAX);
+    const __m256i pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+    __m256 bad = zero;
+    bool ok = true;
+    for (int64_t r = 0; r < rows; ++r) {
+        float* sr = s + r * groups;
+        int64_t g = 0;
+        for (; g + 8 <= groups; g += 8) {
+            const __m256 f = per_block == 1
+                                 ? _mm256_loadu_ps(ab + g)
+                                 : _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(ab + g / 2)), pairs);
+            const __m256 x = _mm256_loadu_ps(sr + g), y = _mm256_mul_ps(x, f), ay = _mm256_and_ps(y, abs_mask);
+            const __m256 nonzero =
+                _mm256_and_ps(_mm256_cmp_ps(x, zero, _CMP_NEQ_UQ), _mm256_cmp_ps(f, zero, _CMP_NEQ_UQ));
+            bad = _mm256_or_ps(bad, _mm256_and_ps(nonzero, _mm256_cmp_ps(ay, tiny, _CMP_LT_OQ)));
+            bad = _mm256_or_ps(bad, _mm256_cmp_ps(ay, huge, _CMP_NLE_UQ));
+            _mm256_storeu_ps(sr + g, y);
+        }
+        for (; g < groups; ++g) {
+            const float x = sr[g], f = ab[g / per_block], y = x * f;
+            ok &= !(x != 0 && f != 0 && std::fabs(y) < FLT_MIN) && std::fabs(y) <= FLT_MAX;
+            sr[g] = y;
+        }
+    }
+    return ok && _mm256_movemask_ps(bad) == 0;
+}
+
+template <int NB, int MB, bool kNv>
+bool int_rows_of(const float* const* bufs, const WeightMat& b, int64_t n, float* const* c) {
+    const int64_t groups = b.K / b.q.bk, per_block = kBlock / b.q.bk;
+    float* s = thread_scratch(7, NB * groups);
+    // One row of A: its block scales folded into the tile's (the unfolded tile where a product is not exact, with the
+    // scales decoded again, since the fold wrote over them).
+    auto tile = [&]<int R>(int64_t at) {
+        if (!tile_scales_avx2(b, at, R, groups, s)) return false;
+        if constexpr (MB == 1) {
+            if (fold_block_scales(bufs[0] + b.K, R, groups, per_block, s)) {
+                int_tile<R, MB, kNv, true>(bufs, b, at, s, groups, c);
+                return true;
+            }
+            if (!tile_scales_avx2(b, at, R, groups, s)) return false;
+        }
+        int_tile<R, MB, kNv, false>(bufs, b, at, s, groups, c);
+        return true;
+    };
+    int64_t j = 0;
+    for (; j + NB <= n; j += NB)
+        if (!tile.template operator()<NB>(j)) return false;
+    for (; j + 2 <= n; j += 2)  // tails in pairs, as the f32 route
+        if (!tile.template operator()<2>(j)) return false;
+    return j == n || tile.template operator()<1>(j);
+}
+
 template <int NB, int MB>
 bool int_rows(const float* const* bufs, const WeightMat& b, int64_t n, float* const* c) {
-    const int64_t groups = b.K / b.q.bk;
-    float* s = thread_scratch(7, NB * groups);
-    int64_t j = 0;
-    for (; j + NB <= n; j += NB) {
-        if (!tile_scales_avx2(b, j, NB, groups, s)) return false;
-        int_tile<NB, MB>(bufs, b, j, s, groups, c);
-    }
-    for (; j + 2 <= n; j += 2) {  // tails in pairs, as the f32 route
-        if (!tile_scales_avx2(b, j, 2, groups, s)) return false;
-        int_tile<2, MB>(bufs, b, j, s, groups, c);
-    }
-    if (j < n) {
-        if (!tile_scales_avx2(b, j, 1, groups, s)) return false;
-        int_tile<1, MB>(bufs, b, j, s, groups, c);
-    }
-    return true;
+    return b.q.bk == 16 ? int_rows_of<NB, MB, true>(bufs, b, n, c) : int_rows_of<NB, MB, false>(bufs, b, n, c);
 }
 
 }  // namespace
