@@ -10,6 +10,7 @@
 
 #include "cuda/common/check.h"
 #include "cuda/common/device.h"
+#include "cuda/common/env.h"
 #include "cuda/gemm/grouped_gemm.h"
 #include "cuda/gemm/grouped_gemm_sm90.cuh"
 #include "cuda/gemm/sm90_config.h"
@@ -200,8 +201,12 @@ bool grouped_gemm_takes_fp8(const GroupedGemmArgs& args) {
 bool launch_grouped_gemm_sm90(const GroupedGemmArgs& args, void* stream) {
     const DeviceState& dev = device_state();
     if (!dev.sm90) return false;
-    const Sm90GemmConfig config = choose_grouped_gemm_sm90_config(args, dev.sm_count);
+    Sm90GemmConfig config = choose_grouped_gemm_sm90_config(args, dev.sm_count);
     if (config.why_not != nullptr) return false;
+    // Tuning sweeps (moex bench, no rebuild): MOEX_SM90_CLUSTER=1|2 and MOEX_SM90_GROUP_M=1..4096 replace the
+    // chooser's cluster and rasterisation group.
+    config.cluster_m = env_int_in("MOEX_SM90_CLUSTER", 1, 2, config.cluster_m);
+    config.group_m = env_int_in("MOEX_SM90_GROUP_M", 1, 4096, config.group_m);
     return launch_checked(args, config, dev, stream);
 }
 
