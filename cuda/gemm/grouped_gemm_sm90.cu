@@ -121,7 +121,6 @@ bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStrea
         p.a_scales = a.a_scales;
         p.k_slice = static_cast<int32_t>(promotion_group(a.b_scales, a.K));
         p.a_slices = static_cast<int32_t>(a.K / p.k_slice);
-        p.fp8_turns = env_is("MOEX_FP8_TURNS", "1") ? 1 : 0;  // A/B: the warpgroups' turns (grouped_gemm_sm90.cuh)
     }
 
     // Persistent grid: one CTA per SM (or per resident 2-CTA cluster slot), never more than the tile bound.

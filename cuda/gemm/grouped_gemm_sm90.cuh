@@ -54,14 +54,7 @@ struct Sm90Params {
     WeightScales b_scales;
     const float* a_scales;
     int32_t a_slices, k_slice;
-    // kFp8: the two consumer warpgroups hand each other the turn to issue a half's MMAs (named barriers
-    // kTurnBarrier0/1) on tiles where both compute, so that one warpgroup's MMAs run while the other promotes.
-    int32_t fp8_turns;
 };
-
-// kFp8 turns: warpgroup 1 waits on kTurnBarrier0 for warpgroup 0's issue, warpgroup 0 on kTurnBarrier1 for warpgroup
-// 1's (the epilogue's barriers are 1 and 2, EpiThread::bar_id).
-inline constexpr uint32_t kTurnBarrier0 = 3, kTurnBarrier1 = 4;
 
 // kFp8: the scales of one K block as loaded (the rows' activation scales, the B halves' stored scale words).
 struct FpScaleWords {
@@ -190,7 +183,6 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
             const int32_t end = p.expert_row_start[e] + p.expert_row_count[e];
             return packed && end == p.expert_row_start[p.E] ? p.epi.P : end;
         };
-        bool turn_pending = false;  // kFp8 turns: warpgroup 1 owes warpgroup 0 a turn (see issue_half)
         int2 start = tile_start(blockIdx.x);
         int32_t e = start.x;
         int32_t row_end = row_end_of(e);
@@ -250,20 +242,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                 // loads two blocks ahead, this block's B scales) is issued while the first half's MMAs run, and the
                 // stage is released as soon as the second half's MMAs are done, before its promotion: ncu found
                 // the warps' own instructions, issued after each drain, a large part of the FP8 GEMM's stalls.
-                // Turns (p.fp8_turns, tiles where both warpgroups compute): the warpgroups issue their halves in
-                // strict alternation, 0 then 1, so that the tensor cores run one warpgroup's MMAs while the other
-                // waits for and promotes its own, instead of both draining together and promoting with the tensor
-                // cores idle. Warpgroup 1 waits for 0's issue (kTurnBarrier0) and gives the turn back after its own
-                // (kTurnBarrier1); warpgroup 0 takes it back before every issue but its first (turn_pending) and once
-                // more when it leaves, so each barrier has at most one pending arrival at any time.
-                const bool turns = p.fp8_turns != 0 && start.y + 64 < row_end;  // the same value in both
                 auto issue_half = [&](int h) {
-                    if (turns) {
-                        if (wg == 1)
-                            named_barrier_sync(kTurnBarrier0, 256);
-                        else if (turn_pending)
-                            named_barrier_sync(kTurnBarrier1, 256);
-                    }
                     wgmma_fence();
 #pragma unroll
                     for (uint32_t k = 0; k < kBK / 32; ++k) {
@@ -272,10 +251,6 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                     }
                     wgmma_commit();
                     fence_accumulators(tmp);
-                    if (turns) {
-                        named_barrier_arrive(wg == 0 ? kTurnBarrier0 : kTurnBarrier1, 256);
-                        turn_pending = true;
-                    }
                 };
                 auto promote_half = [&](int h, float s_lo, float s_hi) {
                     wgmma_wait<0>();
@@ -343,7 +318,6 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
             e = start.x;
             row_end = row_end_next;
         }
-        if (wg == 0 && turn_pending) named_barrier_sync(kTurnBarrier1, 256);  // warpgroup 1's last turn
         if (th.leader) bulk_wait_group_all();
     }
 

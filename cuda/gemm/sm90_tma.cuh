@@ -84,10 +84,6 @@ __device__ __forceinline__ void cluster_sync() {
 __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
-// Counts this warp's threads towards barrier `id` without waiting (the producer side of a bar.sync hand-off).
-__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threads) {
-    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
 // Generic-proxy shared-memory writes (st.shared) made visible to the async proxy (TMA store, wgmma).
 __device__ __forceinline__ void fence_proxy_async_smem() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
