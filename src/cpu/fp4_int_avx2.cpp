@@ -6,9 +6,10 @@
 // from a 16-entry byte table and sit in the high byte of 16-bit lanes (x 256); vpmaddwd multiplies them by a plane and
 // adds pairs into int32 lanes, exactly (each lane sums 4 products, < 2^29). Both planes' sums convert to f32 exactly
 // and combine in one rounding; then the block folds in with one multiply by its activation scale and one fma by the
-// weight group's scale. Per 32 codes that is 3 decode operations and 2 to place the codes, against the f32 route's
-// shuffles and four vcvtph2ps (dequant_avx2.cpp): on the dev EPYC (Zen 3) 0.045-0.053 ns a code against 0.099-0.11,
-// one thread, L1-resident rows. Sums are exact within a block and rounded once per block: within 1e-5 of float64 like
+// weight group's scale (for a lone row of A, one fma by the product of the two, formed per tile: fold_block_scales).
+// Per 32 codes that is 3 decode operations and 2 to place the codes, against the f32 route's shuffles and four
+// vcvtph2ps (dequant_avx2.cpp): on the dev EPYC (Zen 3) 0.045-0.053 ns a code against 0.099-0.11, one thread,
+// L1-resident rows. Sums are exact within a block and rounded once per block: within 1e-5 of float64 like
 // the f32 route, not its bits. A row that cannot be written so takes the f32 route alone (dequant_avx2.cpp), so each
 // row's bits depend on that row only, whatever the other rows of the call.
 // Lanes: the 16 bytes of a block (32 codes, low nibble first) are broadcast to both halves of a ymm, the high half
