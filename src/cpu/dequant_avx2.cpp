@@ -292,39 +292,17 @@ template <Codes D, int NB, int MB>
 bool fused_rows(const float* const* a, const WeightMat& b, int64_t n, float* c, int64_t ldc) {
     const int64_t bk = b.q.bk < b.K ? b.q.bk : b.K, groups = (b.K + bk - 1) / bk;
     float* s = thread_scratch(7, NB * groups);
-    int64_t j = 0;
-    for (; j + NB <= n; j += NB) {
-        if (!tile_scales_avx2(b, j, NB, groups, s)) return false;
-        fused_tile<D, NB, MB>(a, b, j, s, groups, c, ldc);
-    }
-    for (; j + 2 <= n; j += 2) {  // tails in pairs: a lone row is fma-latency bound
-        if (!tile_scales_avx2(b, j, 2, groups, s)) return false;
-        fused_tile<D, 2, MB>(a, b, j, s, groups, c, ldc);
-    }
-    if (j < n) {
-        if (!tile_scales_avx2(b, j, 1, groups, s)) return false;
-        fused_tile<D, 1, MB>(a, b, j, s, groups, c, ldc);
-    }
-    return true;
+    return for_gemv_tiles<NB>(n, [&]<int R>(int64_t j) {
+        if (!tile_scales_avx2(b, j, R, groups, s)) return false;
+        fused_tile<D, R, MB>(a, b, j, s, groups, c, ldc);
+        return true;
+    });
 }
 
-// Rows of A in passes of up to 4 over all n rows of B (each pass decodes B again: its codes come from L2 after the
-// first). Every output has the same order whatever the pass, so any row count gives the same bits.
 template <Codes D>
 bool fused_passes(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc) {
-    for (int64_t r = 0; r < m; r += 4) {
-        const float* const* ar = a + r;
-        float* cr = c + r * ldc;
-        bool ok;
-        switch (m - r) {
-            case 1: ok = fused_rows<D, 6, 1>(ar, b, n, cr, ldc); break;
-            case 2: ok = fused_rows<D, 4, 2>(ar, b, n, cr, ldc); break;
-            case 3: ok = fused_rows<D, 3, 3>(ar, b, n, cr, ldc); break;
-            default: ok = fused_rows<D, 2, 4>(ar, b, n, cr, ldc); break;
-        }
-        if (!ok) return false;
-    }
-    return true;
+    return for_gemv_passes(
+        m, [&]<int NB, int MB>(int64_t r) { return fused_rows<D, NB, MB>(a + r, b, n, c + r * ldc, ldc); });
 }
 
 // A's m rows times 2^112 into per-thread scratch, for fp8x16_biased: exact while every |a| < 2^16 (no overflow; a

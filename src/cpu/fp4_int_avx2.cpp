@@ -149,7 +149,7 @@ bool int_rows_of(const float* const* bufs, const WeightMat& b, int64_t n, float*
     float* s = thread_scratch(7, NB * groups);
     // One row of A: its block scales folded into the tile's (the unfolded tile where a product is not exact, with the
     // scales decoded again, since the fold wrote over them).
-    auto tile = [&]<int R>(int64_t at) {
+    return for_gemv_tiles<NB>(n, [&]<int R>(int64_t at) {
         if (!tile_scales_avx2(b, at, R, groups, s)) return false;
         if constexpr (MB == 1) {
             if (fold_block_scales(bufs[0] + b.K, R, groups, per_block, s)) {
@@ -160,13 +160,7 @@ bool int_rows_of(const float* const* bufs, const WeightMat& b, int64_t n, float*
         }
         int_tile<R, MB, kNv, false>(bufs, b, at, s, groups, c);
         return true;
-    };
-    int64_t j = 0;
-    for (; j + NB <= n; j += NB)
-        if (!tile.template operator()<NB>(j)) return false;
-    for (; j + 2 <= n; j += 2)  // tails in pairs, as the f32 route
-        if (!tile.template operator()<2>(j)) return false;
-    return j == n || tile.template operator()<1>(j);
+    });
 }
 
 template <int NB, int MB>
@@ -230,17 +224,7 @@ bool int_row_avx2(const float* a, int64_t K, float* buf) {
 }
 
 bool stream_fp4_int_avx2(const float* const* bufs, int64_t m, const WeightMat& b, int64_t n, float* const* c) {
-    for (int64_t r = 0; r < m; r += 4) {  // passes of up to 4 rows of A, as the f32 route
-        bool ok;
-        switch (m - r) {
-            case 1: ok = int_rows<6, 1>(bufs + r, b, n, c + r); break;
-            case 2: ok = int_rows<4, 2>(bufs + r, b, n, c + r); break;
-            case 3: ok = int_rows<3, 3>(bufs + r, b, n, c + r); break;
-            default: ok = int_rows<2, 4>(bufs + r, b, n, c + r); break;
-        }
-        if (!ok) return false;
-    }
-    return true;
+    return for_gemv_passes(m, [&]<int NB, int MB>(int64_t r) { return int_rows<NB, MB>(bufs + r, b, n, c + r); });
 }
 
 }  // namespace moex::cpu

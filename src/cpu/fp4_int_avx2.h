@@ -22,6 +22,36 @@ constexpr int64_t kQuantAheadBytes = 8192;
 // stream_fused_avx512.cpp).
 inline int64_t tile_prefetch_ahead(int64_t nb, int64_t ld) { return nb * ld * (kQuantAheadBytes / (nb * ld) + 1); }
 
+// The rows [0, n) of B in tiles of NB, then pairs, then a lone row (a lone row is fma-latency bound), as
+// tile.template operator()<R>(j) for the R rows from j; false as soon as one tile says false.
+template <int NB, class Tile>
+bool for_gemv_tiles(int64_t n, Tile&& tile) {
+    int64_t j = 0;
+    for (; j + NB <= n; j += NB)
+        if (!tile.template operator()<NB>(j)) return false;
+    for (; j + 2 <= n; j += 2)
+        if (!tile.template operator()<2>(j)) return false;
+    return j == n || tile.template operator()<1>(j);
+}
+
+// Rows of A in passes of up to 4 over all rows of B (each pass decodes B again: its codes come from L2 after the
+// first), as pass.template operator()<NB, MB>(r) for the MB rows from r with B in tiles of NB. Every output has the
+// same order whatever the pass, so any row count gives the same bits.
+template <class Pass>
+bool for_gemv_passes(int64_t m, Pass&& pass) {
+    for (int64_t r = 0; r < m; r += 4) {
+        bool ok;
+        switch (m - r) {
+            case 1: ok = pass.template operator()<6, 1>(r); break;
+            case 2: ok = pass.template operator()<4, 2>(r); break;
+            case 3: ok = pass.template operator()<3, 3>(r); break;
+            default: ok = pass.template operator()<2, 4>(r); break;
+        }
+        if (!ok) return false;
+    }
+    return true;
+}
+
 // Floats of scratch int_row_avx2 fills per row of K (K a multiple of 32): the two int16 planes, then the block scales.
 inline int64_t int_row_floats(int64_t K) { return K + K / 32; }
 
