@@ -53,15 +53,19 @@ CrossCheck cross_check(const std::vector<float>& ref, const std::vector<float>& 
     for (float r : ref) ss += double(r) * double(r);
     const double rms = std::sqrt(ss / double(std::max<size_t>(ref.size(), 1)));
     const double atol = 1e-2 * rms;
-    double max_abs = 0;
+    double max_abs = 0, max_bad = 0;  // the largest |Δ| of all values, and of those beyond the bound
     for (size_t i = 0; i < ref.size(); ++i) {
         const double d = std::fabs(double(got[i]) - double(ref[i]));
-        if (!(d <= atol + steps(std::fabs(double(ref[i]))))) ++c.bad;  // NaN counts as bad
+        if (!(d <= atol + steps(std::fabs(double(ref[i]))))) {  // NaN counts as bad
+            ++c.bad;
+            max_bad = std::isnan(d) ? INFINITY : std::max(max_bad, d);
+        }
         if (d > max_abs || std::isnan(d)) max_abs = std::isnan(d) ? INFINITY : d;
     }
     c.max_rel = rms > 0 ? max_abs / rms : max_abs;
     const double n = double(ref.size());
-    const bool tail = c.bad > 0 && double(c.bad) <= std::floor(kRoundingTail * n) && c.max_rel <= 5e-2;
+    // The tail's values each within 5e-2·rms (values within the bound may differ by more: two steps at 6·rms).
+    const bool tail = c.bad > 0 && double(c.bad) <= std::floor(kRoundingTail * n) && max_bad <= 5e-2 * rms;
     const bool flips = e4m3_activations && c.bad > 0 && double(c.bad) <= 0.15 * n && c.max_rel <= 0.25;
     c.ok = c.bad == 0 || tail || flips;
     c.text = !c.ok   ? fmt::format("MISMATCH vs {}: {} of {} beyond 1e-2·rms + two output steps (max {:.1e}·rms)",

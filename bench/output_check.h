@@ -28,11 +28,12 @@ struct CrossCheck {
 // which now and then carries it across a second rounding boundary (two steps), and where large terms cancel, past
 // 1e-2·rms. bench/cross_check_sim.py (that rounding, 8 Gaussian terms) puts 1.1e-7 of the values beyond the bound, the
 // largest 1.4e-2·rms; the H100 runs saw 1-7 in 8-117 M at T >= 4096 past the earlier one-step bound, at most 3.9e-2·rms
-// (RESULTS AH1). So a rounding tail of at most kRoundingTail·n values (none below 10^6 values), each within 5e-2·rms,
-// passes; anything larger is a wrong row, expert or weight, which moves a whole row (H values) by about its rms.
-// e4m3_activations: both quantize each GEMM input to e4m3 (FP8 weights, dynamic activations), where one value of h
-// rounded to the other side of an e4m3 midpoint moves its token's outputs by up to one e4m3 step: up to 15% of the
-// values may then pass the bound if all stay within 0.25·rms (the budget of tests/test_quant.cpp's CUDA checks).
+// (RESULTS AH1, the largest |Δ| of all values). So a rounding tail of at most kRoundingTail·n values (none below 10^6
+// values), each within 5e-2·rms, passes; anything larger is a wrong row, expert or weight, which moves a whole row (H
+// values) by about its rms. e4m3_activations: both quantize each GEMM input to e4m3 (FP8 weights, dynamic activations),
+// where one value of h rounded to the other side of an e4m3 midpoint moves its token's outputs by up to one e4m3 step:
+// up to 15% of the values may then pass the bound if all stay within 0.25·rms (the budget of tests/test_quant.cpp's
+// CUDA checks).
 inline constexpr double kRoundingTail = 1e-6;
 CrossCheck cross_check(const std::vector<float>& ref, const std::vector<float>& got, DType dtype,
                        const std::string& ref_name, bool e4m3_activations = false);
