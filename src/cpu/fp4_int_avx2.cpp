@@ -108,11 +108,10 @@ void int_tile(const float* const* bufs, const WeightMat& b, int64_t j, const flo
         for (int mb = 0; mb < MB; ++mb) c[mb][j + nb] = hsum8(tot[nb][mb]);
 }
 
-// One row of A: its block scales ab (powers of two) times the tile's group scales, in place. The products are exact
-// while they stay normal, and then v · (ab · s) is the same number as (v · ab) · s, so the folded tile gives the
-// unfolded one's bits. False (nothing to fold: the caller runs the unfolded tile) when some product leaves the normal
-// range.
-bool fold_block_scales(const float* ab, int64_t rows, int64_t groups, int64_t per_block, float* s) {
+// One row of A: its block scales ab (powers of two) times the tile's group scales s, into out (s's shape). The products
+// are exact while they stay normal, and then v · (ab · s) is the same number as (v · ab) · s, so the folded tile gives
+// the unfolded one's bits. False (the caller runs the unfolded tile on s) when some product leaves the normal range.
+bool fold_block_scales(const float* ab, const float* s, int64_t rows, int64_t groups, int64_t per_block, float* out) {
     // s · ab of nonzero factors below FLT_MIN (rounded, or flushed to zero) or above FLT_MAX is not exact. (A zero
     // block has ab = 0 and sums of 0: 0 either way.)
     const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), zero = _mm256_setzero_ps();
@@ -121,7 +120,8 @@ bool fold_block_scales(const float* ab, int64_t rows, int64_t groups, int64_t pe
     __m256 bad = zero;
     bool ok = true;
     for (int64_t r = 0; r < rows; ++r) {
-        float* sr = s + r * groups;
+        const float* sr = s + r * groups;
+        float* o = out + r * groups;
         int64_t g = 0;
         for (; g + 8 <= groups; g += 8) {
             const __m256 f = per_block == 1
@@ -132,12 +132,12 @@ bool fold_block_scales(const float* ab, int64_t rows, int64_t groups, int64_t pe
                 _mm256_and_ps(_mm256_cmp_ps(x, zero, _CMP_NEQ_UQ), _mm256_cmp_ps(f, zero, _CMP_NEQ_UQ));
             bad = _mm256_or_ps(bad, _mm256_and_ps(nonzero, _mm256_cmp_ps(ay, tiny, _CMP_LT_OQ)));
             bad = _mm256_or_ps(bad, _mm256_cmp_ps(ay, huge, _CMP_NLE_UQ));
-            _mm256_storeu_ps(sr + g, y);
+            _mm256_storeu_ps(o + g, y);
         }
         for (; g < groups; ++g) {
             const float x = sr[g], f = ab[g / per_block], y = x * f;
             ok &= !(x != 0 && f != 0 && std::fabs(y) < FLT_MIN) && std::fabs(y) <= FLT_MAX;
-            sr[g] = y;
+            o[g] = y;
         }
     }
     return ok && _mm256_movemask_ps(bad) == 0;
@@ -146,17 +146,17 @@ bool fold_block_scales(const float* ab, int64_t rows, int64_t groups, int64_t pe
 template <int NB, int MB, bool kNv>
 bool int_rows_of(const float* const* bufs, const WeightMat& b, int64_t n, float* const* c) {
     const int64_t groups = b.K / b.q.bk, per_block = kBlock / b.q.bk;
-    float* s = thread_scratch(7, NB * groups);
-    // One row of A: its block scales folded into the tile's (the unfolded tile where a product is not exact, with the
-    // scales decoded again, since the fold wrote over them).
+    // The tile's group scales, then (one row of A) the same times the row's block scales: the unfolded tile where a
+    // product is not exact.
+    float* s = thread_scratch(7, (MB == 1 ? 2 : 1) * NB * groups);
+    float* folded = s + NB * groups;
     return for_gemv_tiles<NB>(n, [&]<int R>(int64_t at) {
         if (!tile_scales_avx2(b, at, R, groups, s)) return false;
         if constexpr (MB == 1) {
-            if (fold_block_scales(bufs[0] + b.K, R, groups, per_block, s)) {
-                int_tile<R, MB, kNv, true>(bufs, b, at, s, groups, c);
+            if (fold_block_scales(bufs[0] + b.K, s, R, groups, per_block, folded)) {
+                int_tile<R, MB, kNv, true>(bufs, b, at, folded, groups, c);
                 return true;
             }
-            if (!tile_scales_avx2(b, at, R, groups, s)) return false;
         }
         int_tile<R, MB, kNv, false>(bufs, b, at, s, groups, c);
         return true;
