@@ -21,6 +21,14 @@ std::vector<float> outputs(size_t n) {
     return v;
 }
 
+// The index of the value of largest magnitude.
+size_t largest(const std::vector<float>& v) {
+    size_t big = 0;
+    for (size_t i = 0; i < v.size(); ++i)
+        if (std::fabs(v[i]) > std::fabs(v[big])) big = i;
+    return big;
+}
+
 // x moved by s bf16 steps away from zero.
 float steps_up(float x, int s) {
     uint16_t b = f32_to_bf16(x);
@@ -40,9 +48,7 @@ TEST(BenchCrossCheck, OneOrTwoOutputStepsPass) {
 TEST(BenchCrossCheck, FourStepsAtALargeValueFail) {
     const std::vector<float> ref = outputs(4096);
     std::vector<float> got = ref;
-    size_t big = 0;
-    for (size_t i = 0; i < ref.size(); ++i)
-        if (std::fabs(ref[i]) > std::fabs(ref[big])) big = i;
+    const size_t big = largest(ref);
     got[big] = steps_up(got[big], 4);  // 4 steps near 1.4: 3.1e-2 > 1e-2·rms + 2 steps = 2.6e-2
     const CrossCheck c = cross_check(ref, got, DType::kBF16, "batched_mm");
     EXPECT_FALSE(c.ok) << c.text;
@@ -60,9 +66,8 @@ TEST(BenchCrossCheck, ARoundingTailPassesOnlyWhereItIsRareAndSmall) {
     EXPECT_EQ(c.bad, 2);
     EXPECT_NE(c.text.find("2 rounding outliers"), std::string::npos) << c.text;
 
-    size_t big = 0;  // two steps at the largest value (within the bound, but more than 5e-2·rms): still passes
-    for (size_t i = 0; i < n; ++i)
-        if (std::fabs(ref[i]) > std::fabs(ref[big])) big = i;
+    // Two steps at the largest value (within the bound, but more than 5e-2·rms): still passes.
+    const size_t big = largest(ref);
     std::vector<float> big_ref = ref;
     big_ref[big] = 6.0f, got[big] = steps_up(6.0f, 2);  // 2 steps at 6: 6.25e-2 (rms stays ~1)
     c = cross_check(big_ref, got, DType::kBF16, "batched_mm");
