@@ -239,6 +239,30 @@ TEST(QuantBackendsCuda, Fp8Blocks128MatchTheReference) {
         }
 }
 
+// FP4 weights with bf16 activations on the sm_90a tensor cores (the codes converted to bf16 in shared memory,
+// cuda/gemm/sm90_fp4.cuh): several K stages, N tiles and M tiles per expert, partial tiles, every layout, both formats.
+TEST(QuantBackendsCuda, Fp4OnTheTensorCoresMatchesTheReference) {
+    if (!cuda_here()) GTEST_SKIP() << "no CUDA device";
+    int ran = 0;
+    for (const Scheme& s : kSchemes) {
+        if (s.format != QuantFormat::kMxfp4 && s.format != QuantFormat::kNvfp4) continue;
+        for (const LayoutCase& lc : kLayouts)
+            for (const int64_t T : {3, 700}) {
+                Variant v = lc.v;
+                v.dtype = DType::kBF16;
+                const QuantProblem qp(T, 512, 320, 8, 2, v, s, 600 + uint64_t(T));
+                const Expected ref = reference_of(qp.problem());
+                const PlacedProblem placed = place(qp.problem(), Device::kCUDA);
+                for (const char* name : kCudaBackends)
+                    EXPECT_TRUE(outputs_close(run_backend(ExpertsInterface::global().get(name), placed).view(), ref, {},
+                                              cuda_tolerance(qp.problem(), name)))
+                        << name << " " << s.name << " " << lc.name << " T=" << T;
+                ++ran;
+            }
+    }
+    EXPECT_EQ(ran, 2 * 4 * 2);
+}
+
 // The FP8 grouped pipeline quantizes h in the up GEMM's epilogue when I is a multiple of 128 (one tile's outputs are
 // one scale group): the same f32 operations as its own pass (MOEX_FUSED_H_QUANT=0), so the same bits, for every gated
 // layout, both 16-bit dtypes and both scale formats; H of 3 and 9 groups puts half a step and a partial batch into

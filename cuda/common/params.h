@@ -34,6 +34,7 @@ struct WeightScales {
     int32_t rows_b = 0, cols_b = 0;  // scale blocks per expert along rows and along cols
     const float* global = nullptr;   // nvfp4: (E,) f32, else nullptr
 };
+inline bool is_fp4(QuantFormat f) { return f == QuantFormat::kMxfp4 || f == QuantFormat::kNvfp4; }
 
 // Activation quantization of quantized experts (moex/quant.h): each GEMM input row is rounded to e4m3 in groups of
 // the projection's weight block along K (K for per-tensor weights; quant.cuh: promotion_group), with scale amax / 448

@@ -1,9 +1,10 @@
 // The deepgemm pipeline: DeepGEMM's recipe on moex's sm_90a kernels. Tokens sorted into the padded-contiguous layout
 // (each expert's rows in 128-row blocks, sizes from device memory, no host sync), then the TMA grouped GEMMs: bf16
 // x bf16, or FP8 x FP8 with activations quantized per 1 x 128 into e4m3 bytes and the 128 x 128 weight block scales
-// (float32 or UE8M0) promoted in registers. FP4 weights, which Hopper's tensor cores cannot take, are dequantized to
-// bf16 for the experts the call routes to (dequant_weights.h; nvfp4's global scale multiplies the accumulators) and
-// run bf16 x bf16. What the TMA kernels cannot run is an error naming why; the static activation scheme is refused
+// (float32 or UE8M0) promoted in registers. FP4 weights, which Hopper's tensor cores cannot take, are converted to bf16
+// inside the TMA kernel (cuda/gemm/sm90_fp4.cuh); where it refuses the shape, they are dequantized to bf16 for the
+// experts the call routes to (dequant_weights.h; nvfp4's global scale multiplies the accumulators) and run bf16 x
+// bf16. What the TMA kernels cannot run is an error naming why; the static activation scheme is refused
 // as the reference refuses it. The host refuses the same cases first (src/backends/deepgemm.cpp).
 #include <string>
 
@@ -29,7 +30,8 @@ void run_deepgemm(const ExpertsArgs& a, cudaStream_t stream) {
                      "(activation_scheme dynamic); weight-only FP8 keeps bf16 activations: use grouped_mm");
         return run_grouped(a, stream, {.sm90_only = true});
     }
-    // FP4: bf16 copies of the hit experts' weights in this call's workspace, then the bf16 TMA kernels.
+    if (grouped_sm90_why_not(a) == nullptr) return run_grouped(a, stream, {.sm90_only = true});
+    // FP4 the kernel refuses: bf16 copies of the hit experts' weights in this call's workspace, then the bf16 kernels.
     const int64_t N = up_width(a), S = a.T * a.k;
     Workspace ws(stream);
     const size_t hit = ws.reserve_n<int32_t>(a.E);

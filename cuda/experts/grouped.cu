@@ -22,6 +22,42 @@ namespace moex::cuda {
 // twin run); MOEX_Y_F32=1 see y_rows; MOEX_PACKED_ROWS=0 pads grouped_mm's expert blocks as deepgemm does (the
 // earlier layout).
 
+namespace {
+
+// One projection's GroupedGemmArgs with placeholder pointers (aligned, never read) and the packed layout's tile
+// bound: enough for sm90_refusal to say whether the TMA kernels take the call, before anything is allocated.
+GroupedGemmArgs probe_args(const ExpertsArgs& a, bool up) {
+    static const int32_t kInt = 0;
+    const int64_t S = a.T * a.k;
+    void* const aligned = reinterpret_cast<void*>(uintptr_t(256));
+    GroupedGemmArgs g{.A = aligned,
+                      .B = aligned,
+                      .D = aligned,
+                      .bias = up ? a.gate_up_bias : a.down_bias,
+                      .row_scale = nullptr,
+                      .m_tile_expert = &kInt,
+                      .num_m_tiles = &kInt,
+                      .expert_row_start = &kInt,
+                      .expert_row_count = &kInt,
+                      .P = S,
+                      .N = up ? up_width(a) : a.H,
+                      .K = up ? a.H : a.I,
+                      .E = a.E,
+                      .max_m_tiles = routing_tiles_bound(S, a.E, 1, kRowAlign),
+                      .dtype = a.dtype,
+                      .b_n_major = a.is_transposed,
+                      .d_f32 = false,
+                      .epilogue = up && a.has_gate ? Epilogue::kGate : Epilogue::kStore,
+                      .gate = a.gate,
+                      .b_dtype = a.weight_dtype,
+                      .b_scales = up ? a.gate_up_scales : a.down_scales,
+                      .a_scales = nullptr,
+                      .a_fp8 = false};
+    return g;
+}
+
+}  // namespace
+
 const char* grouped_save_why_not(const ExpertsArgs& a) {
     if (!a.has_gate) return "ungated experts (their backward recomputes the up projection)";
     if (a.dtype != DType::kBF16) return "the kept pre-activation feeds the bf16 tensor-core backward only";
@@ -30,34 +66,15 @@ const char* grouped_save_why_not(const ExpertsArgs& a) {
     if (env_is("MOEX_PACKED_ROWS", "0")) return "MOEX_PACKED_ROWS=0 (the kept rows are the packed layout's)";
     if (gemm_forced_portable()) return "MOEX_GEMM=portable (the portable GEMM has no epilogue that keeps it)";
     if (!device_state().sm90) return "the device is not an sm_90 (Hopper) GPU";
-    static const int32_t kInt = 0;
-    const int64_t S = a.T * a.k;
-    void* const aligned = reinterpret_cast<void*>(uintptr_t(256));  // placeholders: the check reads no memory
-    const GroupedGemmArgs up{.A = aligned,
-                             .B = aligned,
-                             .D = aligned,
-                             .bias = a.gate_up_bias,
-                             .row_scale = nullptr,
-                             .m_tile_expert = &kInt,
-                             .num_m_tiles = &kInt,
-                             .expert_row_start = &kInt,
-                             .expert_row_count = &kInt,
-                             .P = S,
-                             .N = up_width(a),
-                             .K = a.H,
-                             .E = a.E,
-                             .max_m_tiles = routing_tiles_bound(S, a.E, 1, kRowAlign),
-                             .dtype = a.dtype,
-                             .b_n_major = a.is_transposed,
-                             .d_f32 = false,
-                             .epilogue = Epilogue::kGateSave,
-                             .gate = a.gate,
-                             .b_dtype = a.weight_dtype,
-                             .b_scales = {},
-                             .a_scales = nullptr,
-                             .a_fp8 = false,
-                             .save = aligned};
+    GroupedGemmArgs up = probe_args(a, true);
+    up.epilogue = Epilogue::kGateSave;
+    up.save = up.D;
     return sm90_refusal(up);
+}
+
+const char* grouped_sm90_why_not(const ExpertsArgs& a) {
+    if (const char* why = sm90_refusal(probe_args(a, true))) return why;
+    return sm90_refusal(probe_args(a, false));
 }
 
 void run_grouped(const ExpertsArgs& a, cudaStream_t stream) { run_grouped(a, stream, GroupedOptions{}); }

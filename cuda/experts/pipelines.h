@@ -22,8 +22,9 @@ void run_batched(const ExpertsArgs& a, cudaStream_t stream);  // decode: 1 routi
 bool decode_stream_fits(const ExpertsArgs& a);
 void run_decode_stream(const ExpertsArgs& a, cudaStream_t stream);
 void run_grouped(const ExpertsArgs& a, cudaStream_t stream);  // prefill: routing, gather, 2 grouped GEMMs, combine
-// deepgemm: the grouped pipeline on the sm_90a TMA kernels only (FP8 x FP8 for FP8 weights, FP4 weights dequantized
-// to bf16 for the hit experts first); what those kernels cannot run is an error, never the portable kernel.
+// deepgemm: the grouped pipeline on the sm_90a TMA kernels only (FP8 x FP8 for FP8 weights, FP4 codes converted to
+// bf16 inside the kernel, or dequantized for the hit experts first where it refuses the shape); what those kernels
+// cannot run is an error, never the portable kernel.
 void run_deepgemm(const ExpertsArgs& a, cudaStream_t stream);
 
 // What run_grouped may do beyond the plain grouped_mm: sm90_only keeps it on the sm_90a TMA kernels (MOEX_GEMM=portable
@@ -35,6 +36,8 @@ struct GroupedOptions {
     const float* down_expert_scale = nullptr;
 };
 void run_grouped(const ExpertsArgs& a, cudaStream_t stream, const GroupedOptions& options);
+// Why the sm_90a TMA kernels cannot run both projections of this call as they are (nullptr: they can).
+const char* grouped_sm90_why_not(const ExpertsArgs& a);
 
 inline int64_t up_width(const ExpertsArgs& a) { return a.has_gate ? 2 * a.I : a.I; }
 

@@ -19,11 +19,12 @@
 namespace moex::cuda {
 namespace {
 
+using sm90::BIn;
 using sm90::EpiKind;
 using sm90::Sm90Params;
 
 // Per kernel instantiation and device: the shared-memory opt-in (once) and how many 2-CTA clusters fit.
-template <typename T, bool kBNMajor, EpiKind kEpi, bool kFp8>
+template <typename T, bool kBNMajor, EpiKind kEpi, BIn kB>
 struct KernelSetup {
     static int max_pairs(int dev) {
         static std::mutex mu;
@@ -31,13 +32,14 @@ struct KernelSetup {
         static std::array<bool, kMaxDevices> done{};
         std::lock_guard<std::mutex> lock(mu);
         if (!done[dev]) {
-            auto kernel = sm90::grouped_gemm_sm90_kernel<T, kBNMajor, kEpi, kFp8>;
-            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sm90::kSmemBytes));
+            auto kernel = sm90::grouped_gemm_sm90_kernel<T, kBNMajor, kEpi, kB>;
+            constexpr uint32_t kSmem = sm90::SmemLayout<kB>::bytes;
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
             cudaLaunchConfig_t cfg{};
             cudaLaunchAttribute attr{};
             attr.id = cudaLaunchAttributeClusterDimension;
             attr.val.clusterDim.x = 2, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
-            cfg.gridDim = dim3(2), cfg.blockDim = dim3(sm90::kThreads), cfg.dynamicSmemBytes = sm90::kSmemBytes;
+            cfg.gridDim = dim3(2), cfg.blockDim = dim3(sm90::kThreads), cfg.dynamicSmemBytes = kSmem;
             cfg.attrs = &attr, cfg.numAttrs = 1;
             int n = 0;
             if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
@@ -51,8 +53,9 @@ struct KernelSetup {
     }
 };
 
-template <typename T, bool kBNMajor, EpiKind kEpi, bool kFp8>
+template <typename T, bool kBNMajor, EpiKind kEpi, BIn kB>
 bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStream_t stream) {
+    constexpr bool kFp8 = kB == BIn::kFp8, kFp4 = kB == BIn::kFp4;
     constexpr CUtensorMapDataType kType =
         std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
     // kFp8: A and B are e4m3 bytes; a box is still 128 bytes (128 values) x rows.
@@ -71,7 +74,12 @@ bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStrea
         const cuuint32_t box[2] = {kBoxK, sm90::kBlockM};
         p.map_a = make_tensor_map_128b(a.A, kInType, 2, dims, strides, box);
     }
-    if (!kBNMajor) {
+    if (kFp4) {  // e2m1 bytes, two codes each; 32 bytes (64 codes) x 128 rows per box, converted in the kernel
+        const cuuint64_t dims[3] = {K / 2, N, E}, strides[2] = {K / 2, N * K / 2};
+        const cuuint32_t box[3] = {32, sm90::kBlockN / 2, 1};
+        p.map_b =
+            make_tensor_map(a.B, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_NONE);
+    } else if (!kBNMajor) {
         const cuuint64_t dims[3] = {K, N, E}, strides[2] = {K * kEsz, N * K * kEsz};
         const cuuint32_t box[3] = {kBoxK, sm90::kBlockN / 2, 1};
         p.map_b = make_tensor_map_128b(a.B, kInType, 3, dims, strides, box);
@@ -116,6 +124,7 @@ bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStrea
     p.E = static_cast<int32_t>(E);
     p.num_n_tiles = static_cast<int32_t>(kGate && a.gate.concatenated ? (N / 2 + 127) / 128 : (N + 255) / 256);
     p.max_m_tiles = static_cast<int32_t>(a.max_m_tiles);
+    if constexpr (kFp4) p.b_scales = a.b_scales;
     if constexpr (kFp8) {
         p.b_scales = a.b_scales;
         p.a_scales = a.a_scales;
@@ -126,9 +135,9 @@ bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStrea
     // Persistent grid: one CTA per SM (or per resident 2-CTA cluster slot), never more than the tile bound.
     const DeviceState& info = device_state();
     const int64_t tile_bound = std::max<int64_t>(1, a.max_m_tiles * p.num_n_tiles);
-    int cluster = cfg.cluster_m == 2 ? 2 : 1;
+    int cluster = cfg.cluster_m == 2 && !kFp4 ? 2 : 1;  // kFp4: each CTA converts its own B
     int ctas = cfg.max_ctas > 0 ? std::min(cfg.max_ctas, info.sm_count) : info.sm_count;
-    const int pairs = KernelSetup<T, kBNMajor, kEpi, kFp8>::max_pairs(dev);  // also opts in to the shared memory
+    const int pairs = KernelSetup<T, kBNMajor, kEpi, kB>::max_pairs(dev);  // also opts in to the shared memory
     if (cluster == 2 && pairs < 1) cluster = 1;
     if (cluster == 2)
         ctas = 2 * static_cast<int>(std::min<int64_t>({pairs, ctas / 2, (tile_bound + 1) / 2}));
@@ -143,30 +152,34 @@ bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStrea
     cudaLaunchAttribute attr{};
     attr.id = cudaLaunchAttributeClusterDimension;
     attr.val.clusterDim.x = cluster, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
-    lc.gridDim = dim3(ctas), lc.blockDim = dim3(sm90::kThreads), lc.dynamicSmemBytes = sm90::kSmemBytes;
+    lc.gridDim = dim3(ctas), lc.blockDim = dim3(sm90::kThreads), lc.dynamicSmemBytes = sm90::SmemLayout<kB>::bytes;
     lc.stream = stream, lc.attrs = &attr, lc.numAttrs = 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&lc, sm90::grouped_gemm_sm90_kernel<T, kBNMajor, kEpi, kFp8>, p));
+    CUDA_CHECK(cudaLaunchKernelEx(&lc, sm90::grouped_gemm_sm90_kernel<T, kBNMajor, kEpi, kB>, p));
     return true;
 }
 
-template <typename T, bool kBNMajor, bool kFp8 = false>
+template <typename T, bool kBNMajor, BIn kB = BIn::kDtype>
 bool dispatch_epilogue(const GroupedGemmArgs& a, const Sm90GemmConfig& c, int dev, cudaStream_t s) {
-    if (a.epilogue == Epilogue::kGate) return run<T, kBNMajor, EpiKind::kGate, kFp8>(a, c, dev, s);
+    if (a.epilogue == Epilogue::kGate) return run<T, kBNMajor, EpiKind::kGate, kB>(a, c, dev, s);
     if (a.epilogue == Epilogue::kGateSave) {  // built for the 16-bit kernels only (sm90_why_not)
-        if constexpr (!kFp8) return run<T, kBNMajor, EpiKind::kGateSave, kFp8>(a, c, dev, s);
+        if constexpr (kB == BIn::kDtype) return run<T, kBNMajor, EpiKind::kGateSave, kB>(a, c, dev, s);
         return false;
     }
     if (a.epilogue == Epilogue::kGateE4m3) {  // built for the FP8 kernel only (sm90_why_not)
-        if constexpr (kFp8) return run<T, kBNMajor, EpiKind::kGateE4m3, kFp8>(a, c, dev, s);
+        if constexpr (kB == BIn::kFp8) return run<T, kBNMajor, EpiKind::kGateE4m3, kB>(a, c, dev, s);
         return false;
     }
-    return a.d_f32 ? run<T, kBNMajor, EpiKind::kStoreF32, kFp8>(a, c, dev, s)
-                   : run<T, kBNMajor, EpiKind::kStore, kFp8>(a, c, dev, s);
+    return a.d_f32 ? run<T, kBNMajor, EpiKind::kStoreF32, kB>(a, c, dev, s)
+                   : run<T, kBNMajor, EpiKind::kStore, kB>(a, c, dev, s);
 }
 
 template <typename T>
 bool dispatch_layout(const GroupedGemmArgs& a, const Sm90GemmConfig& c, int dev, cudaStream_t s) {
-    if (a.a_fp8) return dispatch_epilogue<T, false, true>(a, c, dev, s);
+    if (a.a_fp8) return dispatch_epilogue<T, false, BIn::kFp8>(a, c, dev, s);
+    if (is_fp4(a.b_scales.format)) {  // bf16 only (sm90_why_not)
+        if constexpr (std::is_same_v<T, __nv_bfloat16>) return dispatch_epilogue<T, false, BIn::kFp4>(a, c, dev, s);
+        return false;
+    }
     return a.b_n_major ? dispatch_epilogue<T, true>(a, c, dev, s) : dispatch_epilogue<T, false>(a, c, dev, s);
 }
 
@@ -210,33 +223,35 @@ bool launch_grouped_gemm_sm90(const GroupedGemmArgs& args, void* stream) {
     return launch_checked(args, config, dev, stream);
 }
 
-// Instantiations: {bf16, f16} x {B (E, N, K), B (E, K, N), FP8 (E, N, K)} x {store dtype, store f32, gate}, the
-// 16-bit kernels' gate that keeps the pre-activation, and the FP8 kernel's gate into e4m3 codes.
-#define MOEX_SM90_INSTANTIATE(T, BN, FP8)                                                    \
-    template __global__ void sm90::grouped_gemm_sm90_kernel<T, BN, EpiKind::kStore, FP8>(    \
-        const __grid_constant__ Sm90Params);                                                 \
-    template __global__ void sm90::grouped_gemm_sm90_kernel<T, BN, EpiKind::kStoreF32, FP8>( \
-        const __grid_constant__ Sm90Params);                                                 \
-    template __global__ void sm90::grouped_gemm_sm90_kernel<T, BN, EpiKind::kGate, FP8>(     \
+// Instantiations: {bf16, f16} x {B (E, N, K), B (E, K, N), FP8 (E, N, K)} and bf16 x FP4 (E, N, K / 2) x {store
+// dtype, store f32, gate}, the 16-bit kernels' gate that keeps the pre-activation, and the FP8 kernel's gate into e4m3
+// codes.
+#define MOEX_SM90_INSTANTIATE(T, BN, B)                                                    \
+    template __global__ void sm90::grouped_gemm_sm90_kernel<T, BN, EpiKind::kStore, B>(    \
+        const __grid_constant__ Sm90Params);                                               \
+    template __global__ void sm90::grouped_gemm_sm90_kernel<T, BN, EpiKind::kStoreF32, B>( \
+        const __grid_constant__ Sm90Params);                                               \
+    template __global__ void sm90::grouped_gemm_sm90_kernel<T, BN, EpiKind::kGate, B>(     \
         const __grid_constant__ Sm90Params);
-MOEX_SM90_INSTANTIATE(__nv_bfloat16, false, false)
-MOEX_SM90_INSTANTIATE(__nv_bfloat16, true, false)
-MOEX_SM90_INSTANTIATE(__half, false, false)
-MOEX_SM90_INSTANTIATE(__half, true, false)
-MOEX_SM90_INSTANTIATE(__nv_bfloat16, false, true)
-MOEX_SM90_INSTANTIATE(__half, false, true)
+MOEX_SM90_INSTANTIATE(__nv_bfloat16, false, BIn::kDtype)
+MOEX_SM90_INSTANTIATE(__nv_bfloat16, true, BIn::kDtype)
+MOEX_SM90_INSTANTIATE(__half, false, BIn::kDtype)
+MOEX_SM90_INSTANTIATE(__half, true, BIn::kDtype)
+MOEX_SM90_INSTANTIATE(__nv_bfloat16, false, BIn::kFp8)
+MOEX_SM90_INSTANTIATE(__half, false, BIn::kFp8)
+MOEX_SM90_INSTANTIATE(__nv_bfloat16, false, BIn::kFp4)
 #undef MOEX_SM90_INSTANTIATE
-#define MOEX_SM90_INSTANTIATE_SAVE(T, BN)                                                      \
-    template __global__ void sm90::grouped_gemm_sm90_kernel<T, BN, EpiKind::kGateSave, false>( \
+#define MOEX_SM90_INSTANTIATE_SAVE(T, BN)                                                            \
+    template __global__ void sm90::grouped_gemm_sm90_kernel<T, BN, EpiKind::kGateSave, BIn::kDtype>( \
         const __grid_constant__ Sm90Params);
 MOEX_SM90_INSTANTIATE_SAVE(__nv_bfloat16, false)
 MOEX_SM90_INSTANTIATE_SAVE(__nv_bfloat16, true)
 MOEX_SM90_INSTANTIATE_SAVE(__half, false)
 MOEX_SM90_INSTANTIATE_SAVE(__half, true)
 #undef MOEX_SM90_INSTANTIATE_SAVE
-template __global__ void sm90::grouped_gemm_sm90_kernel<__nv_bfloat16, false, EpiKind::kGateE4m3, true>(
+template __global__ void sm90::grouped_gemm_sm90_kernel<__nv_bfloat16, false, EpiKind::kGateE4m3, BIn::kFp8>(
     const __grid_constant__ Sm90Params);
-template __global__ void sm90::grouped_gemm_sm90_kernel<__half, false, EpiKind::kGateE4m3, true>(
+template __global__ void sm90::grouped_gemm_sm90_kernel<__half, false, EpiKind::kGateE4m3, BIn::kFp8>(
     const __grid_constant__ Sm90Params);
 
 }  // namespace moex::cuda

@@ -3,6 +3,7 @@
 // 4-stage TMA ring, optional 2-CTA clusters sharing B by multicast, and TMA-store epilogues (sm90_epilogue.cuh).
 // kFp8: e4m3 A and B, 128 K per stage (the same bytes), each warpgroup's 64 x 256 tile computed as two m64n128k32
 // halves per K block into a 64-register temporary and promoted with the block's scales (DeepGEMM's recipe).
+// kFp4: e2m1 B converted to bf16 in shared memory by the producer warpgroup (sm90_fp4.cuh), then the 16-bit path.
 #pragma once
 
 #include <cuda.h>
@@ -11,6 +12,7 @@
 
 #include "cuda/common/quant.cuh"
 #include "cuda/gemm/sm90_epilogue.cuh"
+#include "cuda/gemm/sm90_fp4.cuh"
 #include "cuda/gemm/sm90_scheduler.cuh"
 #include "cuda/gemm/sm90_tma.cuh"
 #include "cuda/gemm/sm90_wgmma.cuh"
@@ -27,15 +29,35 @@ inline constexpr uint32_t kABytes = kBlockM * kBlockK * 2;
 inline constexpr uint32_t kBBytes = kBlockN * kBlockK * 2;
 inline constexpr uint32_t kStagingBytes = 2 * 2 * kStoreBoxBytes;  // 2 warpgroups x 2 boxes
 inline constexpr uint32_t kBiasBytes = 2 * kBlockN * 2;            // 2 warpgroups x 256 16-bit bias values
-inline constexpr uint32_t kSmemBytes = 1024 /* alignment slack */ + kStages * (kABytes + kBBytes) + kStagingBytes +
-                                       kBiasBytes + 2 * kStages * sizeof(uint64_t);
-static_assert(kSmemBytes <= 232448, "over the 227 KB opt-in shared memory of sm_90");
-// 2 x 128 x 232 + 128 x 40 = 64512 <= 65536 registers; the consumers need 128 accumulators + epilogue temporaries.
+
+// How the kernel takes B: in A's 16-bit dtype, as e4m3 codes with e4m3 A, or as e2m1 codes (bf16 A).
+enum class BIn : int32_t { kDtype = 0, kFp8 = 1, kFp4 = 2 };
+
+// Shared memory (offsets from the 1024-aligned base): A's ring, kFp4's byte ring, B's ring (kFp4: the converted
+// stages), the store staging, the bias slots, then the barriers (full and empty per stage; kFp4: bfull and bempty
+// per converted stage). kFp4: 64 + 32 + 96 + 32 KB.
+template <BIn kB>
+struct SmemLayout {
+    static constexpr bool kFp4 = kB == BIn::kFp4;
+    static constexpr int32_t b_stages = kFp4 ? kB4Stages : kStages;
+    static constexpr uint32_t raw = kStages * kABytes;
+    static constexpr uint32_t b = raw + (kFp4 ? kStages * kB4Bytes : 0);
+    static constexpr uint32_t staging = b + b_stages * kBBytes;
+    static constexpr uint32_t bias = staging + kStagingBytes;
+    static constexpr uint32_t bars = bias + kBiasBytes;
+    static constexpr uint32_t bytes =
+        1024 /* alignment slack */ + bars + (2 * kStages + (kFp4 ? 2 * kB4Stages : 0)) * 8;
+    static_assert(bytes <= 232448, "over the 227 KB opt-in shared memory of sm_90");
+};
+// 2 x 128 x 232 + 128 x 40 = 64512 = 384 x 168 registers (the launch bound's); the consumers need 128 accumulators
+// + epilogue temporaries. kFp4's converter warps need more (two stages' scales in flight): 2 x 128 x 224 + 128 x 56.
 inline constexpr uint32_t kConsumerRegs = 232, kProducerRegs = 40;
+inline constexpr uint32_t kFp4ConsumerRegs = 224, kFp4ProducerRegs = 56;
 
 struct Sm90Params {
     CUtensorMap map_a;  // A (P, K): box 64 K x 128 rows
-    CUtensorMap map_b;  // B (E, N, K): box 64 K x 128 N x 1;  b_n_major (E, K, N): box 64 N x 64 K x 1
+    CUtensorMap map_b;  // B (E, N, K): box 64 K x 128 N x 1;  b_n_major (E, K, N): box 64 N x 64 K x 1;
+                        // kFp4: (E, N, K / 2) bytes, box 32 x 128 x 1, no swizzle
     CUtensorMap map_d;  // D (P, N_out): box 128 bytes x 64 rows
     CUtensorMap map_s;  // kGateSave: save as (P, halves, width) (sm90_epilogue.cuh): box 64 columns x 1 x 64 rows
     EpilogueParams epi;
@@ -51,6 +73,7 @@ struct Sm90Params {
     int32_t cluster_m;  // 1 or 2 (the launch's cluster size)
     // kFp8: A and B are e4m3 codes; each 128-deep K block's partial sums are promoted with a_scales (P, a_slices)
     // of the row and promo_scale of the B half (quant.cuh), k_slice K values per scale slice (a multiple of 128).
+    // kFp4: the e2m1 codes' scales (sm90_fp4.cuh).
     WeightScales b_scales;
     const float* a_scales;
     int32_t a_slices, k_slice;
@@ -66,16 +89,21 @@ struct FpScaleWords {
 template <bool kFp8>
 inline constexpr int32_t kStageK = kFp8 ? 128 : kBlockK;
 
-template <typename T, bool kBNMajor, EpiKind kEpi, bool kFp8>
+template <typename T, bool kBNMajor, EpiKind kEpi, BIn kB>
 __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __grid_constant__ Sm90Params p) {
+    constexpr bool kFp8 = kB == BIn::kFp8, kFp4 = kB == BIn::kFp4;
+    using L = SmemLayout<kB>;
     extern __shared__ uint8_t smem_raw[];
     uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-    uint8_t* smem_a = smem;                         // kStages x (128 rows x 128 B)
-    uint8_t* smem_b = smem_a + kStages * kABytes;   // kStages x (256 rows x 128 B) or 4 boxes (64 k x 128 B)
-    uint8_t* staging = smem_b + kStages * kBBytes;  // 2 warpgroups x 2 boxes (64 rows x 128 B)
-    T* bias_slots = reinterpret_cast<T*>(staging + kStagingBytes);  // 2 warpgroups x 256
-    uint64_t* full = reinterpret_cast<uint64_t*>(staging + kStagingBytes + kBiasBytes);
+    uint8_t* smem_a = smem;                                // kStages x (128 rows x 128 B)
+    uint8_t* smem_b4 = smem + L::raw;                      // kFp4: kStages x (256 rows x 32 B of e2m1 codes)
+    uint8_t* smem_b = smem + L::b;                         // b_stages x (256 rows x 128 B) or 4 boxes (64 k x 128 B)
+    uint8_t* staging = smem + L::staging;                  // 2 warpgroups x 2 boxes (64 rows x 128 B)
+    T* bias_slots = reinterpret_cast<T*>(smem + L::bias);  // 2 warpgroups x 256
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::bars);
     uint64_t* empty = full + kStages;
+    uint64_t* bfull = empty + kStages;  // kFp4: the converted ring's barriers
+    uint64_t* bempty = bfull + kB4Stages;
 
     const uint32_t warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);
     const uint32_t lane = threadIdx.x % 32;
@@ -88,6 +116,13 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
         for (int s = 0; s < kStages; ++s) {
             mbar_init(&full[s], 1);               // the producer's arrive.expect_tx
             mbar_init(&empty[s], 8 * cluster_m);  // every consumer warp of every CTA it feeds
+        }
+        if constexpr (kFp4) {
+#pragma unroll
+            for (int s = 0; s < kB4Stages; ++s) {
+                mbar_init(&bfull[s], kConverterThreads);
+                mbar_init(&bempty[s], 8);  // cluster 1
+            }
         }
         fence_mbarrier_init();
     }
@@ -103,8 +138,16 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
 
     if (warp >= 8) {
         // ---------------------------------------------------------------- producer: one thread issues all TMA
-        regs_lower<kProducerRegs>();
-        if (warp == 8 && lane == 0) {
+        regs_lower<kFp4 ? kFp4ProducerRegs : kProducerRegs>();
+        if (kFp4 && warp > 8) {
+            const Fp4Converter conv{&p.b_scales, p.m_tile_expert, p.E,    p.epi.N, p.epi.n_half, p.K,   num_kb,
+                                    gate_concat, smem_b4,         smem_b, full,    bfull,        bempty};
+            const uint32_t ctid = threadIdx.x - 288;
+            if (p.b_scales.format == QuantFormat::kNvfp4)
+                fp4_convert_tiles<true, kStages>(conv, sched, ctid);
+            else
+                fp4_convert_tiles<false, kStages>(conv, sched, ctid);
+        } else if (warp == 8 && lane == 0) {
             tma_prefetch_map(&p.map_a);
             tma_prefetch_map(&p.map_b);
             for (int32_t t = blockIdx.x; t < sched.total; t += gridDim.x) {
@@ -125,8 +168,15 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                 for (int32_t kb = 0; kb < num_kb; ++kb) {
                     const int32_t k0 = kb * kBK;
                     mbar_wait(&empty[stage], phase ^ 1);
-                    mbar_arrive_expect_tx(&full[stage], kABytes + kBBytes);
+                    mbar_arrive_expect_tx(&full[stage], kABytes + (kFp4 ? kB4Bytes : kBBytes));
                     tma_load_2d(smem_a + stage * kABytes, &p.map_a, &full[stage], k0, row0);
+                    if constexpr (kFp4) {  // the codes of both halves; the converter warps take them from here
+                        tma_load_3d(smem_b4 + stage * kB4Bytes, &p.map_b, &full[stage], k0 / 2, half0, e);
+                        tma_load_3d(smem_b4 + stage * kB4Bytes + kB4Bytes / 2, &p.map_b, &full[stage], k0 / 2, half1,
+                                    e);
+                        if (++stage == kStages) stage = 0, phase ^= 1;
+                        continue;
+                    }
                     uint8_t* b_dst = smem_b + stage * kBBytes;
 #pragma unroll
                     for (int32_t h = 0; h < 2; ++h) {
@@ -155,13 +205,14 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
         }
     } else {
         // ---------------------------------------------------------------- consumers: two math warpgroups
-        regs_raise<kConsumerRegs>();
+        regs_raise<kFp4 ? kFp4ConsumerRegs : kConsumerRegs>();
         const uint32_t wg = warp / 4;
         const EpiThread th{16 * (warp % 4) + lane / 4, lane % 4, threadIdx.x % 128, 1 + wg,
                            (warp % 4) == 0 && lane == 0};
         uint8_t* my_staging = staging + wg * 2 * kStoreBoxBytes;
         T* my_bias = bias_slots + wg * kBlockN;
         uint32_t buf = 0;
+        uint32_t bst = 0, bph = 0;  // kFp4: the converted ring's stage and parity
         // Descriptors of stage 0; per stage and k slice only the start address moves (sm90_wgmma.cuh).
         const uint64_t desc_a0 = make_smem_desc(smem_u32(smem_a) + wg * 64 * 128, 16, 1024);
         const uint64_t desc_b0 = make_smem_desc(smem_u32(smem_b), kBNMajor ? 8192 : 16, 1024);
@@ -204,8 +255,11 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                     mbar_arrive_cluster(&empty[s], peer ? lane : rank);  // lanes 0, 1 -> CTAs 0, 1
                 }
             };
+            auto release_b = [&](uint32_t s) {  // kFp4: a converted stage back to the converter warps
+                if (kFp4 && lane == 0) mbar_arrive(&bempty[s]);
+            };
 
-            uint32_t prev = 0;
+            uint32_t prev = 0, bprev = 0;
             if constexpr (kFp8) {
                 // Per K block and B half: 4 x m64n128k32 into tmp, then acc += tmp * a_scale(row) * b_scale(half).
                 // acc keeps the m64n256 layout (half h = registers 64h ..), so the epilogue is the bf16 one's.
@@ -290,24 +344,30 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
             } else {
                 for (int32_t kb = 0; kb < num_kb; ++kb) {
                     mbar_wait(&full[stage], phase);
+                    if constexpr (kFp4) mbar_wait(&bfull[bst], bph);
                     if (active) {
                         static_assert(kBlockK == 64, "one stage is one wgmma_k64_block");
-                        wgmma_k64_block<T, kBNMajor>(acc, desc_a0, stage * kABytes, 32, desc_b0, stage * kBBytes,
-                                                     kBStepK, static_cast<uint32_t>(kb));
-                        if (kb > 0) release(prev);  // its MMAs are done; this stage's stay in flight
+                        wgmma_k64_block<T, kBNMajor>(acc, desc_a0, stage * kABytes, 32, desc_b0,
+                                                     (kFp4 ? bst : stage) * kBBytes, kBStepK,
+                                                     static_cast<uint32_t>(kb));
+                        if (kb > 0) release(prev), release_b(bprev);  // its MMAs are done; this stage's in flight
                     } else {
-                        release(stage);
+                        release(stage), release_b(bst);
                     }
-                    prev = stage;
+                    prev = stage, bprev = bst;
                     if (++stage == kStages) stage = 0, phase ^= 1;
+                    if (kFp4 && ++bst == kB4Stages) bst = 0, bph ^= 1;
                 }
             }
             wgmma_wait<0>();  // unconditional: no MMA may be in flight on any path out of the loop
             const int32_t row_end_next = row_end_of(start_next.x);
             if (active) {
                 fence_accumulators(acc);
-                if (!kFp8) release(prev);  // kFp8 released every stage in its loop
-                if (p.epi.expert_scale != nullptr) {
+                if (!kFp8) release(prev), release_b(bprev);  // kFp8 released every stage in its loop
+                if constexpr (kFp4) {
+                    if (p.b_scales.global != nullptr) extras.es *= p.b_scales.global[e];  // nvfp4
+                }
+                if (p.epi.expert_scale != nullptr || (kFp4 && p.b_scales.global != nullptr)) {
 #pragma unroll
                     for (int i = 0; i < 128; ++i) acc[i] *= extras.es;
                 }

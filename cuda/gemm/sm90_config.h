@@ -37,7 +37,16 @@ inline const char* sm90_why_not(const GroupedGemmArgs& a) {
         if (a.expert_scale) return "the gate epilogue that keeps the pre-activation takes no expert scale";
     }
     if (a.dtype != DType::kBF16 && a.dtype != DType::kF16) return "sm90 kernel takes bf16/f16 inputs only";
-    if (a.b_scales.format != QuantFormat::kNone) {
+    if (is_fp4(a.b_scales.format)) {  // e2m1 codes converted to bf16 in the kernel (sm90_fp4.cuh)
+        const WeightScales& s = a.b_scales;
+        const bool nv = a.b_scales.format == QuantFormat::kNvfp4;
+        if (a.dtype != DType::kBF16) return "sm90 FP4 kernel takes bf16 activations only";
+        if (a.a_fp8 || a.a_scales) return "sm90 FP4 kernel takes unquantized activations only";
+        if (a.b_n_major) return "sm90 FP4 kernel takes K-major B only";
+        if (!s.data || s.row_shift != 0 || s.col_shift != (nv ? 4 : 5) || s.dtype == DType::kF32 || s.cols_b < 1)
+            return "sm90 FP4 kernel needs one scale byte per row and 32 (mxfp4) or 16 (nvfp4) codes";
+        if (a.K % 32 != 0) return "sm90 FP4 kernel needs K a multiple of 32 (16-byte TMA row stride of e2m1)";
+    } else if (a.b_scales.format != QuantFormat::kNone) {
         const WeightScales& s = a.b_scales;
         if (!a.a_fp8 || s.format != QuantFormat::kFp8 || !a.a_scales || !s.data)
             return "sm90 kernel takes quantized B only as FP8 with e4m3 A and scales of both";
@@ -80,9 +89,9 @@ inline Sm90GemmConfig choose_grouped_gemm_sm90_config(const GroupedGemmArgs& a, 
     // Real rows are about P - E·(kRowAlign - 1) (P is the host bound S + E·127; packed: P = S). With >= 64 rows per
     // expert on average, random routing gives most experts a second, partly padded tile (deepseek-v3 T = 4096: 128 rows
     // on average, the pipeline ran 3.4 ms over its two GEMMs' uniform-routing time); a CTA pair on the two tiles of one
-    // expert loads its B once through multicast instead of twice.
+    // expert loads its B once through multicast instead of twice. FP4: cluster 1 (each CTA converts its own B).
     const int64_t mean_rows = (a.m_tile_row0 != nullptr ? a.P : a.P - a.E * (kRowAlign - 1)) / a.E;
-    c.cluster_m = ((tiles_per_expert >= 2 || mean_rows >= 64) && sm_count >= 2) ? 2 : 1;
+    c.cluster_m = ((tiles_per_expert >= 2 || mean_rows >= 64) && sm_count >= 2 && !is_fp4(a.b_scales.format)) ? 2 : 1;
     // One M tile per expert (deepseek-v3 at T = 4096: 128 rows each): B is read once whatever the order, but
     // m-fastest groups of 16 re-read each A tile from HBM for every N tile (+50% bytes, measured 4.97 ms for the
     // up GEMM against a 3.5 ms weight stream). Groups of 2 keep a tile's A in L2 across its N tiles.

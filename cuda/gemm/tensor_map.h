@@ -13,5 +13,8 @@ namespace moex::cuda {
 // as zero and are not stored. Throws moex::Error(kCuda) when the driver refuses the description.
 CUtensorMap make_tensor_map_128b(const void* base, CUtensorMapDataType type, uint32_t rank, const cuuint64_t* dims,
                                  const cuuint64_t* strides_bytes, const cuuint32_t* box);
+// The same with another swizzle (CU_TENSOR_MAP_SWIZZLE_NONE: the box lands row after row, unpermuted).
+CUtensorMap make_tensor_map(const void* base, CUtensorMapDataType type, uint32_t rank, const cuuint64_t* dims,
+                            const cuuint64_t* strides_bytes, const cuuint32_t* box, CUtensorMapSwizzle swizzle);
 
 }  // namespace moex::cuda

@@ -1,0 +1,150 @@
+// The sm_90a grouped GEMM with FP4 weights (cuda/gemm/sm90_fp4.cuh: e2m1 codes converted to bf16 in shared memory by
+// the producer warpgroup) against a float64 GEMM of the same codes and scales, MXFP4 and NVFP4, launched on the sm_90a
+// kernel itself (the portable kernel would pass these as well), and the shapes it refuses.
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "moex/dtype.h"
+#include "moex/quant.h"
+#include "tests/test_support.h"
+#if MOEX_WITH_CUDA
+#include "cuda/gemm/grouped_gemm.h"
+#include "cuda/gemm/sm90_config.h"
+#include "src/backends/cuda_bridge.h"
+#endif
+
+namespace moex::test {
+namespace {
+
+#if MOEX_WITH_CUDA
+bool cuda_here() { return !backends::cuda_unavailable().has_value(); }
+
+// Two experts (200 and 100 rows in 128-row blocks, so the second tile of expert 0 is partial), K = 224 (three full
+// 64-deep stages and a half one, whose codes past K the TMA fills with zeros), N = 320 (a second N tile of 64 rows),
+// a third tile whose expert id is out of range (it must store nothing), f32 output.
+void check_fp4_gemm(QuantFormat format) {
+    const bool nv = format == QuantFormat::kNvfp4;
+    constexpr int64_t E = 2, K = 224, N = 320, P = 512;
+    const int64_t group = nv ? 16 : 32, KG = K / group;
+    const int32_t counts[E] = {200, 100}, starts[E + 1] = {0, 256, 384};
+    std::mt19937 rng(11);
+    std::normal_distribution<float> normal;
+    Tensor a(DType::kBF16, {P, K}), b(DType::kU8, {E, N, K / 2}), bs(DType::kU8, {E, N, KG}), g(DType::kF32, {E});
+    auto* ap = static_cast<uint16_t*>(a.data());
+    for (int64_t i = 0; i < P * K; ++i) ap[i] = f32_to_bf16(normal(rng));
+    auto* bp = static_cast<uint8_t*>(b.data());
+    for (int64_t i = 0; i < E * N * K / 2; ++i) bp[i] = uint8_t(rng());
+    auto* sp = static_cast<uint8_t*>(bs.data());
+    // mxfp4: 2^-4 .. 2^4; nvfp4: positive normal e4m3 codes 0.25 .. 3.5 and a global scale per expert.
+    for (int64_t i = 0; i < E * N * KG; ++i) sp[i] = nv ? uint8_t(0x28 + rng() % 0x20) : uint8_t(123 + rng() % 9);
+    static_cast<float*>(g.data())[0] = 0.5f, static_cast<float*>(g.data())[1] = 3.0f;
+    const auto weight = [&](int64_t e, int64_t n, int64_t k) {
+        const uint8_t byte = bp[(e * N + n) * (K / 2) + k / 2];
+        const double code = fp4e2m1_to_f32(uint8_t(k % 2 == 0 ? byte & 15 : byte >> 4));
+        const uint8_t s = sp[(e * N + n) * KG + k / group];
+        return nv ? code * fp8e4m3_to_f32(s) * static_cast<const float*>(g.data())[e] : code * ue8m0_to_f32(s);
+    };
+
+    Tensor tile_expert(DType::kI32, {4}), num_tiles(DType::kI32, {1}), row_start(DType::kI32, {E + 1}),
+        row_count(DType::kI32, {E});
+    const int32_t te[4] = {0, 0, 1, 7}, nt[1] = {4};
+    std::memcpy(tile_expert.data(), te, sizeof te), std::memcpy(num_tiles.data(), nt, sizeof nt);
+    std::memcpy(row_start.data(), starts, sizeof starts), std::memcpy(row_count.data(), counts, sizeof counts);
+    auto up = [](const Tensor& t) { return DeviceTensor::from_host(t.view(), Device::kCUDA); };
+    const DeviceTensor da = up(a), db = up(b), dbs = up(bs), dg = up(g), dte = up(tile_expert), dnt = up(num_tiles),
+                       drs = up(row_start), drc = up(row_count);
+    const int64_t dshape[2] = {P, N};
+    DeviceTensor dd(DType::kF32, dshape, 2, Device::kCUDA);
+    dd.fill_bytes(0xff);  // NaN: a row the kernel should not store stays NaN
+    cuda::GroupedGemmArgs args{};
+    args.A = da.view().data, args.B = db.view().data, args.D = dd.view().data;
+    args.m_tile_expert = static_cast<const int32_t*>(dte.view().data);
+    args.num_m_tiles = static_cast<const int32_t*>(dnt.view().data);
+    args.expert_row_start = static_cast<const int32_t*>(drs.view().data);
+    args.expert_row_count = static_cast<const int32_t*>(drc.view().data);
+    args.P = P, args.N = N, args.K = K, args.E = E, args.max_m_tiles = 4;
+    args.dtype = DType::kBF16, args.d_f32 = true, args.epilogue = cuda::Epilogue::kStore;
+    args.gate = {Activation::kSilu, GateKind::kDefault, true, 1.702f, 7.0f};
+    args.b_dtype = DType::kU8;
+    args.b_scales = {.format = format,
+                     .data = dbs.view().data,
+                     .dtype = nv ? DType::kFP8E4M3 : DType::kUE8M0,
+                     .row_shift = 0,
+                     .col_shift = nv ? 4 : 5,
+                     .rows_b = int32_t(N),
+                     .cols_b = int32_t(KG),
+                     .global = nv ? static_cast<const float*>(dg.view().data) : nullptr};
+    const char* why = cuda::sm90_refusal(args);
+    if (why != nullptr && std::string(why) == "the device is not an sm_90 (Hopper) GPU") GTEST_SKIP() << why;
+    ASSERT_EQ(why, nullptr) << why;
+    ASSERT_TRUE(cuda::launch_grouped_gemm_sm90(args, nullptr));
+    device_synchronize(Device::kCUDA);
+    Tensor d(DType::kF32, {P, N});
+    dd.copy_to_host(d.view());
+    const auto* dp = static_cast<const float*>(d.data());
+    std::vector<double> ref(size_t(P * N), 0.0);
+    std::vector<char> real_rows(size_t(P), 0);
+    for (int64_t e = 0; e < E; ++e)
+        for (int64_t r = starts[e]; r < starts[e] + counts[e]; ++r) {
+            real_rows[size_t(r)] = 1;
+            for (int64_t n = 0; n < N; ++n) {
+                double acc = 0;
+                for (int64_t k = 0; k < K; ++k) acc += double(bf16_to_f32(ap[r * K + k])) * weight(e, n, k);
+                ref[size_t(r * N + n)] = acc;
+            }
+        }
+    // bf16 x (code * fold) products are exact in f32; what is left is f32 accumulation.
+    EXPECT_TRUE(outputs_close(d.view(), ref, real_rows, Tolerance{1e-4, 1e-4})) << quant_format_name(format);
+    for (int64_t r = 384; r < P; ++r)  // the tile of expert 7 (out of range): nothing stored
+        EXPECT_TRUE(std::isnan(dp[r * N])) << "row " << r;
+}
+
+// The shapes the FP4 kernel refuses, each with its reason (a pure host check: runs without a GPU).
+TEST(QuantGemmSm90Config, Fp4RefusalsNameTheReason) {
+    static const int32_t kInt = 0;
+    static const uint8_t kByte = 0;
+    const void* p = reinterpret_cast<const void*>(uintptr_t(256));
+    cuda::GroupedGemmArgs a{};
+    a.A = p, a.B = p, a.D = const_cast<void*>(p);
+    a.m_tile_expert = a.num_m_tiles = a.expert_row_start = a.expert_row_count = &kInt;
+    a.P = 256, a.N = 512, a.K = 256, a.E = 4, a.max_m_tiles = 2, a.dtype = DType::kBF16, a.b_dtype = DType::kU8;
+    a.epilogue = cuda::Epilogue::kStore;
+    a.b_scales = {.format = QuantFormat::kMxfp4,
+                  .data = &kByte,
+                  .dtype = DType::kUE8M0,
+                  .row_shift = 0,
+                  .col_shift = 5,
+                  .rows_b = 512,
+                  .cols_b = 8,
+                  .global = nullptr};
+    EXPECT_EQ(cuda::sm90_why_not(a), nullptr);
+    const auto refused = [&](cuda::GroupedGemmArgs b, const char* what) {
+        const char* why = cuda::sm90_why_not(b);
+        ASSERT_NE(why, nullptr) << what;
+        EXPECT_NE(std::string(why).find(what), std::string::npos) << why;
+    };
+    cuda::GroupedGemmArgs b = a;
+    b.dtype = DType::kF16;
+    refused(b, "bf16 activations only");
+    b = a, b.b_n_major = true;
+    refused(b, "K-major B only");
+    b = a, b.K = 240, b.b_scales.cols_b = 8;
+    refused(b, "K a multiple of 32");
+    b = a, b.b_scales.col_shift = 4;  // mxfp4 with 16 codes a scale
+    refused(b, "32 (mxfp4) or 16 (nvfp4)");
+    b = a, b.a_scales = reinterpret_cast<const float*>(p);
+    refused(b, "unquantized activations only");
+    EXPECT_EQ(cuda::choose_grouped_gemm_sm90_config(a, 132).cluster_m, 1);  // each CTA converts its own B
+}
+
+TEST(QuantGemmCuda, Fp4Sm90MatchesFloat64OnTheSameCodes) {
+    if (!cuda_here()) GTEST_SKIP() << "no CUDA device";
+    check_fp4_gemm(QuantFormat::kMxfp4);
+    check_fp4_gemm(QuantFormat::kNvfp4);
+}
+#endif
+
+}  // namespace
+}  // namespace moex::test
