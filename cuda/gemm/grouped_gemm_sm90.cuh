@@ -3,7 +3,7 @@
 // 4-stage TMA ring, optional 2-CTA clusters sharing B by multicast, and TMA-store epilogues (sm90_epilogue.cuh).
 // kFp8: e4m3 A and B, 128 K per stage (the same bytes), each warpgroup's 64 x 256 tile computed as two m64n128k32
 // halves per K block into a 64-register temporary and promoted with the block's scales (DeepGEMM's recipe).
-// kFp4: e2m1 B converted to bf16 in shared memory by the producer warpgroup (sm90_fp4.cuh), then the 16-bit path.
+// kFp4: e2m1 B converted to bf16 in shared memory by the consumers while the previous stage's MMAs run (sm90_fp4.cuh).
 #pragma once
 
 #include <cuda.h>
@@ -50,9 +50,8 @@ struct SmemLayout {
     static_assert(bytes <= 232448, "over the 227 KB opt-in shared memory of sm_90");
 };
 // 2 x 128 x 232 + 128 x 40 = 64512 = 384 x 168 registers (the launch bound's); the consumers need 128 accumulators
-// + epilogue temporaries. kFp4's converter warps need more (two stages' scales in flight): 2 x 128 x 224 + 128 x 56.
+// + epilogue temporaries.
 inline constexpr uint32_t kConsumerRegs = 232, kProducerRegs = 40;
-inline constexpr uint32_t kFp4ConsumerRegs = 224, kFp4ProducerRegs = 56;
 
 struct Sm90Params {
     CUtensorMap map_a;  // A (P, K): box 64 K x 128 rows
@@ -120,8 +119,8 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
         if constexpr (kFp4) {
 #pragma unroll
             for (int s = 0; s < kB4Stages; ++s) {
-                mbar_init(&bfull[s], kConverterThreads);
-                mbar_init(&bempty[s], 8);  // cluster 1
+                mbar_init(&bfull[s], kB4Threads);  // every consumer thread converts a part
+                mbar_init(&bempty[s], 8);          // every consumer warp (cluster 1)
             }
         }
         fence_mbarrier_init();
@@ -138,16 +137,8 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
 
     if (warp >= 8) {
         // ---------------------------------------------------------------- producer: one thread issues all TMA
-        regs_lower<kFp4 ? kFp4ProducerRegs : kProducerRegs>();
-        if (kFp4 && warp > 8) {
-            const Fp4Converter conv{&p.b_scales, p.m_tile_expert, p.E,    p.epi.N, p.epi.n_half, p.K,   num_kb,
-                                    gate_concat, smem_b4,         smem_b, full,    bfull,        bempty};
-            const uint32_t ctid = threadIdx.x - 288;
-            if (p.b_scales.format == QuantFormat::kNvfp4)
-                fp4_convert_tiles<true, kStages>(conv, sched, ctid);
-            else
-                fp4_convert_tiles<false, kStages>(conv, sched, ctid);
-        } else if (warp == 8 && lane == 0) {
+        regs_lower<kProducerRegs>();
+        if (warp == 8 && lane == 0) {
             tma_prefetch_map(&p.map_a);
             tma_prefetch_map(&p.map_b);
             for (int32_t t = blockIdx.x; t < sched.total; t += gridDim.x) {
@@ -170,7 +161,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                     mbar_wait(&empty[stage], phase ^ 1);
                     mbar_arrive_expect_tx(&full[stage], kABytes + (kFp4 ? kB4Bytes : kBBytes));
                     tma_load_2d(smem_a + stage * kABytes, &p.map_a, &full[stage], k0, row0);
-                    if constexpr (kFp4) {  // the codes of both halves; the converter warps take them from here
+                    if constexpr (kFp4) {  // the codes of both halves; the consumers convert them from here
                         tma_load_3d(smem_b4 + stage * kB4Bytes, &p.map_b, &full[stage], k0 / 2, half0, e);
                         tma_load_3d(smem_b4 + stage * kB4Bytes + kB4Bytes / 2, &p.map_b, &full[stage], k0 / 2, half1,
                                     e);
@@ -205,7 +196,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
         }
     } else {
         // ---------------------------------------------------------------- consumers: two math warpgroups
-        regs_raise<kFp4 ? kFp4ConsumerRegs : kConsumerRegs>();
+        regs_raise<kConsumerRegs>();
         const uint32_t wg = warp / 4;
         const EpiThread th{16 * (warp % 4) + lane / 4, lane % 4, threadIdx.x % 128, 1 + wg,
                            (warp % 4) == 0 && lane == 0};
@@ -341,22 +332,78 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                         if (++stage == kStages) stage = 0, phase ^= 1;
                     }
                 }
-            } else {
-                for (int32_t kb = 0; kb < num_kb; ++kb) {
-                    mbar_wait(&full[stage], phase);
-                    if constexpr (kFp4) mbar_wait(&bfull[bst], bph);
+            } else if constexpr (kFp4) {
+                // Stage kb + 1's B converted by both warpgroups while stage kb's MMAs run (sm90_fp4.cuh); a stage's
+                // scales loaded two stages ahead into one of two register sets used in turn (the loop is unrolled by
+                // two, so no set is copied and nothing waits on the loads before their stage).
+                const Fp4Tile ft{&p.b_scales, static_cast<uint32_t>(e) < static_cast<uint32_t>(p.E) ? e : 0,
+                                 half0,       half1,
+                                 p.epi.N,     p.K,
+                                 num_kb};
+                const bool nv = p.b_scales.format == QuantFormat::kNvfp4;
+                const uint32_t u0 = fp4_first_unit(wg, th.tid);
+                auto scales = [&](int32_t kb) {
+                    return nv ? fp4_scales<true>(ft, u0, kb) : fp4_scales<false>(ft, u0, kb);
+                };
+                // Converts a stage (A ring slot s, converted slot b) with its scales: both rings' waits, then publish.
+                auto convert = [&](uint32_t s, uint32_t s_phase, uint32_t b, uint32_t b_phase, uint2 sc) {
+                    mbar_wait(&full[s], s_phase);
+                    mbar_wait(&bempty[b], b_phase ^ 1);
+                    if (nv)
+                        fp4_convert_units<true>(smem_b4 + s * kB4Bytes, smem_b + b * kBBytes, u0, sc);
+                    else
+                        fp4_convert_units<false>(smem_b4 + s * kB4Bytes, smem_b + b * kBBytes, u0, sc);
+                    fence_proxy_async_smem();
+                    mbar_arrive(&bfull[b]);
+                };
+                uint2 set0 = scales(0), set1 = scales(1);
+                convert(stage, phase, bst, bph, set0);
+                set0 = scales(2);
+                auto step = [&](int32_t kb, uint2& next_set) {
+                    mbar_wait(&bfull[bst], bph);  // stage kb's B (its A and codes: full, waited when converted)
                     if (active) {
-                        static_assert(kBlockK == 64, "one stage is one wgmma_k64_block");
-                        wgmma_k64_block<T, kBNMajor>(acc, desc_a0, stage * kABytes, 32, desc_b0,
-                                                     (kFp4 ? bst : stage) * kBBytes, kBStepK,
-                                                     static_cast<uint32_t>(kb));
+                        fence_accumulators(acc);
+                        wgmma_fence();
+#pragma unroll
+                        for (uint32_t k = 0; k < 4; ++k)
+                            wgmma_m64n256k16<T, false>(acc, desc_advance(desc_a0, stage * kABytes + k * 32),
+                                                       desc_advance(desc_b0, bst * kBBytes + k * kBStepK),
+                                                       static_cast<uint32_t>(kb) | k);
+                        wgmma_commit();
+                        fence_accumulators(acc);
+                    }
+                    const uint32_t s1 = stage + 1 == kStages ? 0 : stage + 1, p1 = s1 == 0 ? phase ^ 1 : phase;
+                    const uint32_t b1 = bst + 1 == kB4Stages ? 0 : bst + 1, q1 = b1 == 0 ? bph ^ 1 : bph;
+                    if (kb + 1 < num_kb) {
+                        convert(s1, p1, b1, q1, next_set);
+                        next_set = scales(kb + 3);
+                    }
+                    if (active) {
+                        wgmma_wait<1>();
                         if (kb > 0) release(prev), release_b(bprev);  // its MMAs are done; this stage's in flight
                     } else {
                         release(stage), release_b(bst);
                     }
                     prev = stage, bprev = bst;
+                    stage = s1, phase = p1, bst = b1, bph = q1;
+                };
+                for (int32_t kb = 0; kb < num_kb; kb += 2) {
+                    step(kb, set1);
+                    if (kb + 1 < num_kb) step(kb + 1, set0);
+                }
+            } else {
+                for (int32_t kb = 0; kb < num_kb; ++kb) {
+                    mbar_wait(&full[stage], phase);
+                    if (active) {
+                        static_assert(kBlockK == 64, "one stage is one wgmma_k64_block");
+                        wgmma_k64_block<T, kBNMajor>(acc, desc_a0, stage * kABytes, 32, desc_b0, stage * kBBytes,
+                                                     kBStepK, static_cast<uint32_t>(kb));
+                        if (kb > 0) release(prev);  // its MMAs are done; this stage's stay in flight
+                    } else {
+                        release(stage);
+                    }
+                    prev = stage;
                     if (++stage == kStages) stage = 0, phase ^= 1;
-                    if (kFp4 && ++bst == kB4Stages) bst = 0, bph ^= 1;
                 }
             }
             wgmma_wait<0>();  // unconditional: no MMA may be in flight on any path out of the loop
