@@ -77,9 +77,8 @@ inline const char* sm90_why_not(const GroupedGemmArgs& a) {
 
 // Pure function of the problem and the SM count (why_not set: the kernel cannot run it). Cluster 2 only pays when
 // adjacent M tiles usually share an expert: P / 128 tiles over E experts, >= 2 tiles per expert on average (e.g.
-// mixtral, qwen3 at T >= 4096; deepseek-v3 at T = 4096 has 1 tile per expert and gets cluster 1). group_m 16: a wave
-// of 132 CTAs covers 16 M tiles x ~8 N tiles, which minimises the distinct A + B bytes per wave (16·a + 132/16·2a for
-// B = 2·A tile bytes) when the M tiles share an expert, and costs ~3% more HBM than n-fastest when they do not.
+// mixtral, qwen3 at T >= 4096), or >= 64 rows per expert on average (deepseek-v3 at T = 4096). group_m: M tiles per
+// rasterisation group (below).
 inline Sm90GemmConfig choose_grouped_gemm_sm90_config(const GroupedGemmArgs& a, int sm_count) {
     Sm90GemmConfig c;
     c.why_not = sm90_why_not(a);
@@ -94,8 +93,10 @@ inline Sm90GemmConfig choose_grouped_gemm_sm90_config(const GroupedGemmArgs& a, 
     c.cluster_m = ((tiles_per_expert >= 2 || mean_rows >= 64) && sm_count >= 2 && !is_fp4(a.b_scales.format)) ? 2 : 1;
     // One M tile per expert (deepseek-v3 at T = 4096: 128 rows each): B is read once whatever the order, but
     // m-fastest groups of 16 re-read each A tile from HBM for every N tile (+50% bytes, measured 4.97 ms for the
-    // up GEMM against a 3.5 ms weight stream). Groups of 2 keep a tile's A in L2 across its N tiles.
-    c.group_m = tiles_per_expert >= 2 ? 16 : 2;
+    // up GEMM against a 3.5 ms weight stream). Groups of 2 keep a tile's A in L2 across its N tiles. With more tiles
+    // per expert, groups of 6 against 16 on the H200 (bench/RESULTS.md AK3, AK6): deepseek-v3 T = 4096 / 16384 -4.8% /
+    // -2.8%, mixtral-8x7b -7.0% / +0.9%, qwen1.5-moe-a2.7b -1.4% / -3.4%, qwen3-30b-a3b -1.1% / -0.6%.
+    c.group_m = tiles_per_expert >= 2 ? 6 : 2;
     c.max_ctas = 0;
     return c;
 }
