@@ -152,12 +152,17 @@ __global__ void __launch_bounds__(kThreads, 1) weight_grad_sm90_kernel(const __g
             const int32_t m0 = tile.m * kBlockM + static_cast<int32_t>(wg) * 64;
             const bool active = m0 < p.M;  // a warpgroup whose 64 M values are all past M skips its MMAs
             uint32_t prev = 0;
+            // Zeroed here and always accumulated into, so that an expert without rows stores zeros with no branch
+            // after the loop (one there, merging two definitions of acc, made the compiler spill: 209 local loads and
+            // stores around the epilogue; the census now allows none).
+#pragma unroll
+            for (int i = 0; i < 128; ++i) acc[i] = 0.f;
             for (int32_t kb = 0; kb < blocks; ++kb) {
                 mbar_wait(&full[stage], phase);
                 if (active) {
                     static_assert(kBlockRows == 64, "one stage is one wgmma_k64_block");
                     wgmma_k64_block<T, true, true>(acc, desc_a0, stage * kABytes, kSliceBytes, desc_b0, stage * kBBytes,
-                                                   kSliceBytes, static_cast<uint32_t>(kb));
+                                                   kSliceBytes, /*accumulate=*/1u);
                     if (kb > 0) release(prev);  // its MMAs are done; this stage's stay in flight
                 } else {
                     release(stage);
@@ -168,12 +173,7 @@ __global__ void __launch_bounds__(kThreads, 1) weight_grad_sm90_kernel(const __g
             wgmma_wait<0>();  // unconditional: no MMA may be in flight on any path out of the loop
             if (!active) continue;
             fence_accumulators(acc);
-            if (blocks > 0) {
-                release(prev);
-            } else {  // an expert without rows: a zero gradient (acc was never written)
-#pragma unroll
-                for (int i = 0; i < 128; ++i) acc[i] = 0.f;
-            }
+            if (blocks > 0) release(prev);
             const int32_t row_end = (tile.e + 1) * p.M;  // C's rows past the expert's end belong to the next one
             epilogue_store<T, T>(epi, &p.map_c, acc, my_staging, nullptr, buf, th, extras, tile.e * p.M + m0, row_end,
                                  tile.n);
