@@ -239,6 +239,9 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
             const int32_t half0 = gate_concat ? tile.n * 128 : tile.n * 256;
             const int32_t half1 = gate_concat ? p.epi.n_half + half0 : half0 + 128;
             if (active) extras = load_tile_extras<T>(p.epi, th, row0, e, half0, half1);
+            if constexpr (kFp4) {
+                if (active && p.b_scales.global != nullptr) extras.es *= p.b_scales.global[e];  // nvfp4
+            }
             auto release = [&](uint32_t s) {
                 if (cluster_m == 1) {
                     if (lane == 0) mbar_arrive(&empty[s]);
@@ -246,7 +249,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                     mbar_arrive_cluster(&empty[s], peer ? lane : rank);  // lanes 0, 1 -> CTAs 0, 1
                 }
             };
-            auto release_b = [&](uint32_t s) {  // kFp4: a converted stage back to the converter warps
+            auto release_b = [&](uint32_t s) {  // kFp4: a converted stage free to be converted into again
                 if (kFp4 && lane == 0) mbar_arrive(&bempty[s]);
             };
 
@@ -336,10 +339,8 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                 // Stage kb + 1's B converted by both warpgroups while stage kb's MMAs run (sm90_fp4.cuh); a stage's
                 // scales loaded two stages ahead into one of two register sets used in turn (the loop is unrolled by
                 // two, so no set is copied and nothing waits on the loads before their stage).
-                const Fp4Tile ft{&p.b_scales, static_cast<uint32_t>(e) < static_cast<uint32_t>(p.E) ? e : 0,
-                                 half0,       half1,
-                                 p.epi.N,     p.K,
-                                 num_kb};
+                const int32_t e_in = static_cast<uint32_t>(e) < static_cast<uint32_t>(p.E) ? e : 0;  // as the TMA's
+                const Fp4Tile ft{&p.b_scales, e_in, half0, half1, p.epi.N, p.K, num_kb};
                 const bool nv = p.b_scales.format == QuantFormat::kNvfp4;
                 const uint32_t u0 = fp4_first_unit(wg, th.tid);
                 auto scales = [&](int32_t kb) {
@@ -411,9 +412,6 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
             if (active) {
                 fence_accumulators(acc);
                 if (!kFp8) release(prev), release_b(bprev);  // kFp8 released every stage in its loop
-                if constexpr (kFp4) {
-                    if (p.b_scales.global != nullptr) extras.es *= p.b_scales.global[e];  // nvfp4
-                }
                 if (p.epi.expert_scale != nullptr || (kFp4 && p.b_scales.global != nullptr)) {
 #pragma unroll
                     for (int i = 0; i < 128; ++i) acc[i] *= extras.es;
