@@ -329,7 +329,8 @@ TEST(QuantBackendsCuda, PackedRowsAreThePaddedLayoutBitForBit) {
 }
 
 // deepgemm: DeepGEMM's schemes (FP8 128 x 128 with float and UE8M0 scales, dynamic activations) and FP4 weights
-// dequantized to bf16 on the device, every gated and ungated layout, decode and prefill T, on the TMA kernels only.
+// converted to bf16 inside the TMA kernel, every gated and ungated layout, decode and prefill T, on the TMA kernels
+// only.
 TEST(QuantBackendsCuda, DeepGemmMatchesTheReference) {
     if (!cuda_here()) GTEST_SKIP() << "no CUDA device";
     const Scheme schemes[] = {
@@ -357,8 +358,28 @@ TEST(QuantBackendsCuda, DeepGemmMatchesTheReference) {
     EXPECT_EQ(ran, 4 * 4 * 4);
 }
 
-// deepgemm's FP4 path runs bf16 copies of the weights through the bf16 GEMMs, with nvfp4's global scale applied to
-// the f32 accumulators: exact only if every e2m1 code times every fold scale is a bf16. Checked over all of them
+// deepgemm's FP4 where the TMA kernel cannot convert in place (K = H = 48: not a multiple of 32, the 16-byte row
+// stride of e2m1 rows): the routed experts dequantized to bf16 first, then the bf16 kernels.
+TEST(QuantBackendsCuda, DeepGemmFp4FallsBackToDequantizedCopies) {
+    if (!cuda_here()) GTEST_SKIP() << "no CUDA device";
+    const Scheme s{"nvfp4", QuantFormat::kNvfp4, 0, 0, DType::kFP8E4M3, ActivationQuant::kNone};
+    const Backend& b = ExpertsInterface::global().get("deepgemm");
+    for (const LayoutCase& lc : kLayouts)
+        for (int64_t T : {1, 300}) {
+            Variant v = lc.v;
+            v.dtype = DType::kBF16;
+            const QuantProblem qp(T, 48, 64, 4, 2, v, s, 700 + uint64_t(T));
+            const PlacedProblem placed = place(qp.problem(), Device::kCUDA);
+            ASSERT_EQ(b.why_not(placed.problem), std::nullopt) << lc.name;
+            EXPECT_TRUE(outputs_close(run_backend(b, placed).view(), reference_of(qp.problem()), {},
+                                      cuda_tolerance(qp.problem(), "deepgemm")))
+                << lc.name << " T=" << T;
+        }
+}
+
+// FP4 on the bf16 tensor cores (the sm_90a kernel's conversion in shared memory, deepgemm's fallback copies) takes
+// code * fold scale as bf16, with nvfp4's global scale applied to the f32 accumulators: exact only if every e2m1 code
+// times every fold scale is a bf16. Checked over all of them
 // (mxfp4: 2^(s - 127) for the normal range; nvfp4: every finite e4m3 scale). Rounding code * scale * global to bf16
 // instead moved outputs of this file's problems by up to 4% of rms in float64.
 TEST(QuantCodec, E2M1TimesEveryFoldScaleIsExactInBf16) {

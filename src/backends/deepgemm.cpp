@@ -1,7 +1,8 @@
 // The `deepgemm` backend: DeepGEMM's contract on Hopper (CUDA only, bf16 hidden states) run by moex's deepgemm
 // pipeline (cuda/experts/deepgemm.cu): the padded-contiguous layout and the sm_90a TMA grouped GEMMs in bf16, or
 // FP8 x FP8 with per-1x128 e4m3 activations and 128 x 128 float32 / UE8M0 weight scales, and FP4 weights (which
-// DeepGEMM refuses before sm_100) dequantized to bf16 for the routed experts. The refusals follow transformers'
+// DeepGEMM refuses before sm_100) converted to bf16 inside the kernel (or, for shapes it refuses, dequantized to bf16
+// for the routed experts first). The refusals follow transformers'
 // integrations/deepgemm.py word for word where it has one.
 #include <cstdint>
 #include <string>
@@ -28,7 +29,7 @@ std::optional<std::string> deepgemm_refusal(const ExpertsProblem& p) {
     if (!q.enabled()) return std::nullopt;
     if (q.activations == ActivationQuant::kStatic)
         return std::string("DeepGEMM experts dispatch does not support static activation quantization.");
-    if (q.format != QuantFormat::kFp8) return std::nullopt;  // FP4: dequantized to bf16 on the device
+    if (q.format != QuantFormat::kFp8) return std::nullopt;  // FP4: converted to bf16 on the device
     if (q.block_n == 0 && q.block_k == 0)
         return std::string(
             "DeepGEMM requires block-wise quantized FP8 weights (weight_block_size=(128, 128)); got per-tensor scales");
@@ -46,8 +47,8 @@ std::shared_ptr<const Backend> make_deepgemm() {
     return std::make_shared<CudaRestriction>(
         "deepgemm",
         "DeepGEMM's contract (bf16 hidden states, CUDA sm_90 only): padded-contiguous layout and TMA grouped GEMMs in "
-        "bf16 or FP8 x FP8 (1x128 activations, 128x128 float/UE8M0 weight scales); FP4 weights dequantized to bf16 "
-        "for the routed experts.",
+        "bf16 or FP8 x FP8 (1x128 activations, 128x128 float/UE8M0 weight scales); FP4 weights converted to bf16 "
+        "inside the GEMM.",
         std::vector<DType>{DType::kBF16}, cuda::Algo::kDeepGemm, &deepgemm_refusal,
         std::vector<QuantFormat>{QuantFormat::kFp8, QuantFormat::kMxfp4, QuantFormat::kNvfp4});
 }
