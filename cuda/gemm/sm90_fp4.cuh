@@ -12,7 +12,6 @@
 #include <cstdint>
 
 #include "cuda/common/quant.cuh"
-#include "cuda/gemm/sm90_tma.cuh"
 
 namespace moex::cuda::sm90 {
 
