@@ -1,0 +1,53 @@
+// The sm_90a grouped GEMM's configuration chooser (cuda/gemm/sm90_config.h), a pure host function: the cluster and
+// raster group it picks for the shapes bench/RESULTS.md measured (AK3, AK6), so a change of policy is a visible test
+// change. Runs without a GPU.
+#include <algorithm>
+#include <cstdint>
+
+#include "tests/test_support.h"
+#if MOEX_WITH_CUDA
+#include "cuda/gemm/sm90_config.h"
+#endif
+
+namespace moex::test {
+namespace {
+
+#if MOEX_WITH_CUDA
+// The packed layout's up GEMM of a call: S = T·k rows, tiles bounded by ceil(S / 128) + min(E, S).
+cuda::GroupedGemmArgs up_gemm(int64_t T, int64_t k, int64_t E, int64_t H, int64_t I) {
+    static const int32_t kInt = 0;
+    void* const p = reinterpret_cast<void*>(uintptr_t(256));
+    const int64_t S = T * k;
+    cuda::GroupedGemmArgs a{};
+    a.A = a.B = a.D = p;
+    a.m_tile_expert = a.num_m_tiles = a.expert_row_start = a.expert_row_count = &kInt;
+    a.m_tile_row0 = &kInt;
+    a.P = S, a.N = 2 * I, a.K = H, a.E = E, a.max_m_tiles = (S + 127) / 128 + std::min(E, S);
+    a.dtype = a.b_dtype = DType::kBF16, a.epilogue = cuda::Epilogue::kGate;
+    a.gate = {Activation::kSilu, GateKind::kDefault, true, 1.702f, 7.0f};
+    return a;
+}
+
+TEST(Sm90Config, PrefillPairsCtasAndRastersSixTiles) {
+    // deepseek-v3 T = 4096: ~128 rows an expert (cluster 2 through mean rows), two tile slots an expert (group 6).
+    const auto ds = cuda::choose_grouped_gemm_sm90_config(up_gemm(4096, 8, 256, 7168, 2048), 132);
+    ASSERT_EQ(ds.why_not, nullptr);
+    EXPECT_EQ(ds.cluster_m, 2);
+    EXPECT_EQ(ds.group_m, 6);
+    // mixtral-8x7b T = 16384: 4096 rows an expert.
+    const auto mx = cuda::choose_grouped_gemm_sm90_config(up_gemm(16384, 2, 8, 4096, 14336), 132);
+    EXPECT_EQ(mx.cluster_m, 2);
+    EXPECT_EQ(mx.group_m, 6);
+}
+
+TEST(Sm90Config, DecodeKeepsOneCtaAndGroupsOfTwo) {
+    // qwen3-30b-a3b T = 1: 8 rows over 128 experts, one tile each at most.
+    const auto c = cuda::choose_grouped_gemm_sm90_config(up_gemm(1, 8, 128, 2048, 768), 132);
+    ASSERT_EQ(c.why_not, nullptr);
+    EXPECT_EQ(c.cluster_m, 1);
+    EXPECT_EQ(c.group_m, 2);
+}
+#endif
+
+}  // namespace
+}  // namespace moex::test
