@@ -124,9 +124,8 @@ bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStrea
     p.E = static_cast<int32_t>(E);
     p.num_n_tiles = static_cast<int32_t>(kGate && a.gate.concatenated ? (N / 2 + 127) / 128 : (N + 255) / 256);
     p.max_m_tiles = static_cast<int32_t>(a.max_m_tiles);
-    if constexpr (kFp4) p.b_scales = a.b_scales;
+    if constexpr (kB != BIn::kDtype) p.b_scales = a.b_scales;
     if constexpr (kFp8) {
-        p.b_scales = a.b_scales;
         p.a_scales = a.a_scales;
         p.k_slice = static_cast<int32_t>(promotion_group(a.b_scales, a.K));
         p.a_slices = static_cast<int32_t>(a.K / p.k_slice);

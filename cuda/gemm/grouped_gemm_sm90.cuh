@@ -362,17 +362,9 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                 set0 = scales(2);
                 auto step = [&](int32_t kb, uint2& next_set) {
                     mbar_wait(&bfull[bst], bph);  // stage kb's B (its A and codes: full, waited when converted)
-                    if (active) {
-                        fence_accumulators(acc);
-                        wgmma_fence();
-#pragma unroll
-                        for (uint32_t k = 0; k < 4; ++k)
-                            wgmma_m64n256k16<T, false>(acc, desc_advance(desc_a0, stage * kABytes + k * 32),
-                                                       desc_advance(desc_b0, bst * kBBytes + k * kBStepK),
-                                                       static_cast<uint32_t>(kb) | k);
-                        wgmma_commit();
-                        fence_accumulators(acc);
-                    }
+                    if (active)
+                        wgmma_k64_issue<T, false>(acc, desc_a0, stage * kABytes, 32, desc_b0, bst * kBBytes, kBStepK,
+                                                  static_cast<uint32_t>(kb));
                     const uint32_t s1 = stage + 1 == kStages ? 0 : stage + 1, p1 = s1 == 0 ? phase ^ 1 : phase;
                     const uint32_t b1 = bst + 1 == kB4Stages ? 0 : bst + 1, q1 = b1 == 0 ? bph ^ 1 : bph;
                     if (kb + 1 < num_kb) {

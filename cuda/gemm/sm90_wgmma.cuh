@@ -103,10 +103,10 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
 }
 
 // One 64-deep K block of a stage as four m64n256k16, slice k at a_off + k·a_step and b_off + k·b_step bytes past the
-// descriptors, committed, then the previous block's group waited for (wgmma.wait_group 1): on return the caller may
-// release the previous stage while this block's MMAs stay in flight. The first slice of block 0 starts d from zero.
+// descriptors, issued and committed as one group (nothing waited for: the caller may work beside them). The first
+// slice of block 0 starts d from zero.
 template <typename T, bool kTransB, bool kTransA = false>
-__device__ __forceinline__ void wgmma_k64_block(float (&d)[128], uint64_t desc_a, uint32_t a_off, uint32_t a_step,
+__device__ __forceinline__ void wgmma_k64_issue(float (&d)[128], uint64_t desc_a, uint32_t a_off, uint32_t a_step,
                                                 uint64_t desc_b, uint32_t b_off, uint32_t b_step, uint32_t kb) {
     fence_accumulators(d);
     wgmma_fence();
@@ -116,6 +116,13 @@ __device__ __forceinline__ void wgmma_k64_block(float (&d)[128], uint64_t desc_a
                                               desc_advance(desc_b, b_off + k * b_step), kb | k);
     wgmma_commit();
     fence_accumulators(d);
+}
+// wgmma_k64_issue, then the previous block's group waited for (wgmma.wait_group 1): on return the caller may release
+// the previous stage while this block's MMAs stay in flight.
+template <typename T, bool kTransB, bool kTransA = false>
+__device__ __forceinline__ void wgmma_k64_block(float (&d)[128], uint64_t desc_a, uint32_t a_off, uint32_t a_step,
+                                                uint64_t desc_b, uint32_t b_off, uint32_t b_step, uint32_t kb) {
+    wgmma_k64_issue<T, kTransB, kTransA>(d, desc_a, a_off, a_step, desc_b, b_off, b_step, kb);
     wgmma_wait<1>();
 }
 
