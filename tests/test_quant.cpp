@@ -7,6 +7,7 @@
 #include <cstring>
 #include <optional>
 #include <random>
+#include <vector>
 
 #if defined(__x86_64__)
 #include <xmmintrin.h>
@@ -21,6 +22,7 @@
 #include "tests/test_support.h"
 #if MOEX_WITH_CUDA
 #include "cuda/gemm/grouped_gemm.h"
+#include "tests/grouped_gemm_routing.h"
 #endif
 
 namespace moex::test {
@@ -429,7 +431,7 @@ TEST(QuantGemmCuda, Fp8Sm90MatchesFloat64OnTheSameCodes) {
     if (!cuda_here()) GTEST_SKIP() << "no CUDA device";
     for (DType scale_dtype : {DType::kF32, DType::kUE8M0}) {
         constexpr int64_t E = 2, K = 384, N = 512, P = 384, KB = K / 128, NB = N / 128;
-        const int32_t counts[E] = {200, 100}, starts[E + 1] = {0, 256, 384};
+        const std::vector<int32_t> counts = {200, 100}, starts = {0, 256, 384};
         std::mt19937 rng(5);
         std::normal_distribution<float> normal;
         std::uniform_real_distribution<float> uni(0.5f, 2.0f);
@@ -455,23 +457,15 @@ TEST(QuantGemmCuda, Fp8Sm90MatchesFloat64OnTheSameCodes) {
                 sw[i] = ue8m0_to_f32(uint8_t(118 + i % 5));
             }
         }
-        Tensor tile_expert(DType::kI32, {3}), num_tiles(DType::kI32, {1}), row_start(DType::kI32, {E + 1}),
-            row_count(DType::kI32, {E});
-        const int32_t te[3] = {0, 0, 1}, nt[1] = {3};
-        std::memcpy(tile_expert.data(), te, sizeof te), std::memcpy(num_tiles.data(), nt, sizeof nt);
-        std::memcpy(row_start.data(), starts, sizeof starts), std::memcpy(row_count.data(), counts, sizeof counts);
+        const GemmRouting routing({0, 0, 1}, starts, counts);
         auto up = [](const Tensor& t) { return DeviceTensor::from_host(t.view(), Device::kCUDA); };
-        const DeviceTensor da = up(a), das = up(as), db = up(b), dbs = up(bs), dte = up(tile_expert),
-                           dnt = up(num_tiles), drs = up(row_start), drc = up(row_count);
+        const DeviceTensor da = up(a), das = up(as), db = up(b), dbs = up(bs);
         const int64_t dshape[2] = {P, N};
         DeviceTensor dd(DType::kF32, dshape, 2, Device::kCUDA);
         dd.fill_bytes(0xff);
         cuda::GroupedGemmArgs g{};
         g.A = da.view().data, g.B = db.view().data, g.D = dd.view().data;
-        g.m_tile_expert = static_cast<const int32_t*>(dte.view().data);
-        g.num_m_tiles = static_cast<const int32_t*>(dnt.view().data);
-        g.expert_row_start = static_cast<const int32_t*>(drs.view().data);
-        g.expert_row_count = static_cast<const int32_t*>(drc.view().data);
+        routing.into(g);
         g.P = P, g.N = N, g.K = K, g.E = E, g.max_m_tiles = 3;
         g.dtype = DType::kBF16, g.d_f32 = true, g.epilogue = cuda::Epilogue::kStore;
         g.gate = {Activation::kSilu, GateKind::kDefault, true, 1.702f, 7.0f};

@@ -8,6 +8,7 @@
 
 #include "moex/dtype.h"
 #include "moex/quant.h"
+#include "tests/grouped_gemm_routing.h"
 #include "tests/test_support.h"
 #if MOEX_WITH_CUDA
 #include "cuda/gemm/grouped_gemm.h"
@@ -28,7 +29,7 @@ void check_fp4_gemm(QuantFormat format) {
     const bool nv = format == QuantFormat::kNvfp4;
     constexpr int64_t E = 2, K = 224, N = 320, P = 512;
     const int64_t group = nv ? 16 : 32, KG = K / group;
-    const int32_t counts[E] = {200, 100}, starts[E + 1] = {0, 256, 384};
+    const std::vector<int32_t> counts = {200, 100}, starts = {0, 256, 384};
     std::mt19937 rng(11);
     std::normal_distribution<float> normal;
     Tensor a(DType::kBF16, {P, K}), b(DType::kU8, {E, N, K / 2}), bs(DType::kU8, {E, N, KG}), g(DType::kF32, {E});
@@ -47,23 +48,15 @@ void check_fp4_gemm(QuantFormat format) {
         return nv ? code * fp8e4m3_to_f32(s) * static_cast<const float*>(g.data())[e] : code * ue8m0_to_f32(s);
     };
 
-    Tensor tile_expert(DType::kI32, {4}), num_tiles(DType::kI32, {1}), row_start(DType::kI32, {E + 1}),
-        row_count(DType::kI32, {E});
-    const int32_t te[4] = {0, 0, 1, 7}, nt[1] = {4};
-    std::memcpy(tile_expert.data(), te, sizeof te), std::memcpy(num_tiles.data(), nt, sizeof nt);
-    std::memcpy(row_start.data(), starts, sizeof starts), std::memcpy(row_count.data(), counts, sizeof counts);
+    const GemmRouting routing({0, 0, 1, 7}, starts, counts);
     auto up = [](const Tensor& t) { return DeviceTensor::from_host(t.view(), Device::kCUDA); };
-    const DeviceTensor da = up(a), db = up(b), dbs = up(bs), dg = up(g), dte = up(tile_expert), dnt = up(num_tiles),
-                       drs = up(row_start), drc = up(row_count);
+    const DeviceTensor da = up(a), db = up(b), dbs = up(bs), dg = up(g);
     const int64_t dshape[2] = {P, N};
     DeviceTensor dd(DType::kF32, dshape, 2, Device::kCUDA);
     dd.fill_bytes(0xff);  // NaN: a row the kernel should not store stays NaN
     cuda::GroupedGemmArgs args{};
     args.A = da.view().data, args.B = db.view().data, args.D = dd.view().data;
-    args.m_tile_expert = static_cast<const int32_t*>(dte.view().data);
-    args.num_m_tiles = static_cast<const int32_t*>(dnt.view().data);
-    args.expert_row_start = static_cast<const int32_t*>(drs.view().data);
-    args.expert_row_count = static_cast<const int32_t*>(drc.view().data);
+    routing.into(args);
     args.P = P, args.N = N, args.K = K, args.E = E, args.max_m_tiles = 4;
     args.dtype = DType::kBF16, args.d_f32 = true, args.epilogue = cuda::Epilogue::kStore;
     args.gate = {Activation::kSilu, GateKind::kDefault, true, 1.702f, 7.0f};
