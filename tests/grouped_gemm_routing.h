@@ -15,12 +15,14 @@ namespace moex::test {
 
 // Tile t belongs to expert tile_experts[t] (any value: an out-of-range one must store nothing); expert e's block starts
 // at row starts[e] (E + 1 entries) and holds counts[e] real rows. into() points a GroupedGemmArgs' four routing
-// pointers at the uploaded arrays, which live as long as this object.
+// pointers at the uploaded arrays, which live as long as this object, and sets E and the tile bound from them.
 class GemmRouting {
    public:
     GemmRouting(const std::vector<int32_t>& tile_experts, const std::vector<int32_t>& starts,
                 const std::vector<int32_t>& counts)
-        : tile_expert_(upload(tile_experts)),
+        : tiles_(static_cast<int64_t>(tile_experts.size())),
+          experts_(static_cast<int64_t>(counts.size())),
+          tile_expert_(upload(tile_experts)),
           num_tiles_(upload({static_cast<int32_t>(tile_experts.size())})),
           row_start_(upload(starts)),
           row_count_(upload(counts)) {}
@@ -30,6 +32,7 @@ class GemmRouting {
         a.num_m_tiles = static_cast<const int32_t*>(num_tiles_.view().data);
         a.expert_row_start = static_cast<const int32_t*>(row_start_.view().data);
         a.expert_row_count = static_cast<const int32_t*>(row_count_.view().data);
+        a.E = experts_, a.max_m_tiles = tiles_;
     }
 
    private:
@@ -39,6 +42,7 @@ class GemmRouting {
         return DeviceTensor::from_host(t.view(), Device::kCUDA);
     }
 
+    int64_t tiles_, experts_;
     DeviceTensor tile_expert_, num_tiles_, row_start_, row_count_;
 };
 

@@ -466,7 +466,7 @@ TEST(QuantGemmCuda, Fp8Sm90MatchesFloat64OnTheSameCodes) {
         cuda::GroupedGemmArgs g{};
         g.A = da.view().data, g.B = db.view().data, g.D = dd.view().data;
         routing.into(g);
-        g.P = P, g.N = N, g.K = K, g.E = E, g.max_m_tiles = 3;
+        g.P = P, g.N = N, g.K = K;
         g.dtype = DType::kBF16, g.d_f32 = true, g.epilogue = cuda::Epilogue::kStore;
         g.gate = {Activation::kSilu, GateKind::kDefault, true, 1.702f, 7.0f};
         g.b_dtype = DType::kFP8E4M3;

@@ -57,7 +57,7 @@ void check_fp4_gemm(QuantFormat format) {
     cuda::GroupedGemmArgs args{};
     args.A = da.view().data, args.B = db.view().data, args.D = dd.view().data;
     routing.into(args);
-    args.P = P, args.N = N, args.K = K, args.E = E, args.max_m_tiles = 4;
+    args.P = P, args.N = N, args.K = K;
     args.dtype = DType::kBF16, args.d_f32 = true, args.epilogue = cuda::Epilogue::kStore;
     args.gate = {Activation::kSilu, GateKind::kDefault, true, 1.702f, 7.0f};
     args.b_dtype = DType::kU8;
