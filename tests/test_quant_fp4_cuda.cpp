@@ -1,9 +1,9 @@
 // The sm_90a grouped GEMM with FP4 weights (cuda/gemm/sm90_fp4.cuh: e2m1 codes converted to bf16 in shared memory by
-// the producer warpgroup) against a float64 GEMM of the same codes and scales, MXFP4 and NVFP4, launched on the sm_90a
-// kernel itself (the portable kernel would pass these as well), and the shapes it refuses.
+// the consumer warpgroups) against a float64 GEMM of the same codes and scales, MXFP4 and NVFP4, launched on the sm_90a
+// kernel itself (the portable kernel would pass these as well). The shapes it refuses: tests/test_sm90_config.cpp.
 #include <cmath>
-#include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "moex/dtype.h"
@@ -12,7 +12,6 @@
 #include "tests/test_support.h"
 #if MOEX_WITH_CUDA
 #include "cuda/gemm/grouped_gemm.h"
-#include "cuda/gemm/sm90_config.h"
 #include "src/backends/cuda_bridge.h"
 #endif
 
@@ -92,44 +91,6 @@ void check_fp4_gemm(QuantFormat format) {
     EXPECT_TRUE(outputs_close(d.view(), ref, real_rows, Tolerance{1e-4, 1e-4})) << quant_format_name(format);
     for (int64_t r = 384; r < P; ++r)  // the tile of expert 7 (out of range): nothing stored
         EXPECT_TRUE(std::isnan(dp[r * N])) << "row " << r;
-}
-
-// The shapes the FP4 kernel refuses, each with its reason (a pure host check: runs without a GPU).
-TEST(QuantGemmSm90Config, Fp4RefusalsNameTheReason) {
-    static const int32_t kInt = 0;
-    static const uint8_t kByte = 0;
-    const void* p = reinterpret_cast<const void*>(uintptr_t(256));
-    cuda::GroupedGemmArgs a{};
-    a.A = p, a.B = p, a.D = const_cast<void*>(p);
-    a.m_tile_expert = a.num_m_tiles = a.expert_row_start = a.expert_row_count = &kInt;
-    a.P = 256, a.N = 512, a.K = 256, a.E = 4, a.max_m_tiles = 2, a.dtype = DType::kBF16, a.b_dtype = DType::kU8;
-    a.epilogue = cuda::Epilogue::kStore;
-    a.b_scales = {.format = QuantFormat::kMxfp4,
-                  .data = &kByte,
-                  .dtype = DType::kUE8M0,
-                  .row_shift = 0,
-                  .col_shift = 5,
-                  .rows_b = 512,
-                  .cols_b = 8,
-                  .global = nullptr};
-    EXPECT_EQ(cuda::sm90_why_not(a), nullptr);
-    const auto refused = [&](cuda::GroupedGemmArgs b, const char* what) {
-        const char* why = cuda::sm90_why_not(b);
-        ASSERT_NE(why, nullptr) << what;
-        EXPECT_NE(std::string(why).find(what), std::string::npos) << why;
-    };
-    cuda::GroupedGemmArgs b = a;
-    b.dtype = DType::kF16;
-    refused(b, "bf16 activations only");
-    b = a, b.b_n_major = true;
-    refused(b, "K-major B only");
-    b = a, b.K = 240, b.b_scales.cols_b = 8;
-    refused(b, "K a multiple of 32");
-    b = a, b.b_scales.col_shift = 4;  // mxfp4 with 16 codes a scale
-    refused(b, "32 (mxfp4) or 16 (nvfp4)");
-    b = a, b.a_scales = reinterpret_cast<const float*>(p);
-    refused(b, "unquantized activations only");
-    EXPECT_EQ(cuda::choose_grouped_gemm_sm90_config(a, 132).cluster_m, 1);  // each CTA converts its own B
 }
 
 TEST(QuantGemmCuda, Fp4Sm90MatchesFloat64OnTheSameCodes) {

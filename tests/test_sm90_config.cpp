@@ -3,6 +3,7 @@
 // change. Runs without a GPU.
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "tests/test_support.h"
 #if MOEX_WITH_CUDA
@@ -38,6 +39,41 @@ TEST(Sm90Config, PrefillPairsCtasAndRastersSixTiles) {
     const auto mx = cuda::choose_grouped_gemm_sm90_config(up_gemm(16384, 2, 8, 4096, 14336), 132);
     EXPECT_EQ(mx.cluster_m, 2);
     EXPECT_EQ(mx.group_m, 6);
+}
+
+// FP4 weights (the e2m1 codes converted in the kernel): what the kernel refuses, each with its reason, and no CTA
+// pairs where bf16 weights would get them (64 rows an expert).
+TEST(Sm90Config, Fp4RefusalsNameTheReasonAndKeepOneCta) {
+    static const uint8_t kByte = 0;
+    cuda::GroupedGemmArgs a = up_gemm(128, 2, 4, 256, 256);
+    ASSERT_EQ(cuda::choose_grouped_gemm_sm90_config(a, 132).cluster_m, 2);
+    a.b_dtype = DType::kU8;
+    a.b_scales = {.format = QuantFormat::kMxfp4,
+                  .data = &kByte,
+                  .dtype = DType::kUE8M0,
+                  .row_shift = 0,
+                  .col_shift = 5,
+                  .rows_b = 512,
+                  .cols_b = 8,
+                  .global = nullptr};
+    EXPECT_EQ(cuda::sm90_why_not(a), nullptr);
+    EXPECT_EQ(cuda::choose_grouped_gemm_sm90_config(a, 132).cluster_m, 1);  // each CTA converts its own B
+    const auto refused = [&](cuda::GroupedGemmArgs b, const char* what) {
+        const char* why = cuda::sm90_why_not(b);
+        ASSERT_NE(why, nullptr) << what;
+        EXPECT_NE(std::string(why).find(what), std::string::npos) << why;
+    };
+    cuda::GroupedGemmArgs b = a;
+    b.dtype = DType::kF16;
+    refused(b, "bf16 activations only");
+    b = a, b.b_n_major = true;
+    refused(b, "K-major B only");
+    b = a, b.K = 240;
+    refused(b, "K a multiple of 32");
+    b = a, b.b_scales.col_shift = 4;  // mxfp4 with 16 codes a scale
+    refused(b, "32 (mxfp4) or 16 (nvfp4)");
+    b = a, b.a_scales = reinterpret_cast<const float*>(uintptr_t(256));
+    refused(b, "unquantized activations only");
 }
 
 TEST(Sm90Config, DecodeKeepsOneCtaAndGroupsOfTwo) {
