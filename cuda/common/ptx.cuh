@@ -12,6 +12,13 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// The first 1024-byte aligned byte of dynamic shared memory (the 128-byte swizzle's atom), reached by adding to the
+// shared pointer rather than by rounding its integer value: a pointer made from an integer is generic to the compiler,
+// so every access through it became a generic LD / ST with 64-bit address arithmetic; this one stays LDS / STS.
+__device__ __forceinline__ uint8_t* align_smem_1024(uint8_t* smem_raw) {
+    return smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+}
+
 // ld.global.nc with L1::no_allocate: the weights do not evict the activations that every warp re-reads from L1.
 // kPrefetchL2: also ask L2 for the whole 256-byte sector run (the next lines of a weight row stream in sooner).
 template <bool kPrefetchL2 = false>

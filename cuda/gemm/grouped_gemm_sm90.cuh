@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
     constexpr bool kFp8 = kB == BIn::kFp8, kFp4 = kB == BIn::kFp4;
     using L = SmemLayout<kB>;
     extern __shared__ uint8_t smem_raw[];
-    uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    uint8_t* smem = align_smem_1024(smem_raw);
     uint8_t* smem_a = smem;                                // kStages x (128 rows x 128 B)
     uint8_t* smem_b4 = smem + L::raw;                      // kFp4: kStages x (256 rows x 32 B of e2m1 codes)
     uint8_t* smem_b = smem + L::b;                         // b_stages x (256 rows x 128 B) or 4 boxes (64 k x 128 B)

@@ -60,7 +60,7 @@ __device__ __forceinline__ int32_t row_blocks(const Params& p, int32_t e) {
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1) weight_grad_sm90_kernel(const __grid_constant__ Params p) {
     extern __shared__ uint8_t smem_raw[];
-    uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    uint8_t* smem = align_smem_1024(smem_raw);
     uint8_t* smem_a = smem;                         // kStages x 2 boxes (64 M x 64 rows)
     uint8_t* smem_b = smem_a + kStages * kABytes;   // kStages x 4 boxes (64 N x 64 rows)
     uint8_t* staging = smem_b + kStages * kBBytes;  // 2 warpgroups x 2 store boxes
