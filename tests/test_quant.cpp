@@ -265,6 +265,32 @@ TEST(QuantBackendsCuda, Fp4OnTheTensorCoresMatchesTheReference) {
     EXPECT_EQ(ran, 2 * 4 * 2);
 }
 
+// batched_mm's quantized mma loop (cuda/experts/batched.cuh) at every K split (1 to 8 warps' shares of K, down to
+// one 32V-deep sub-step and none), both tile heights (8 and 64 rows: RT 2 and 1), partial weight-row blocks (the
+// down projection's 1152 rows), FP8 128-blocks on the FP8 MMAs (dynamic activations) and decoded to bf16
+// (weight-only), both e2m1 formats, against the reference.
+TEST(QuantBackendsCuda, DecodeAtEverySplitAndTileHeight) {
+    if (!cuda_here()) GTEST_SKIP() << "no CUDA device";
+    struct Env {
+        ~Env() { unsetenv("MOEX_BATCHED_KS"), unsetenv("MOEX_BATCHED_NT"); }
+    } env;
+    const Scheme fp8{"fp8_128", QuantFormat::kFp8, 128, 128, DType::kF32, ActivationQuant::kDynamic};
+    const Scheme fp8_weights{"fp8_128_weight_only", QuantFormat::kFp8, 128, 128, DType::kUE8M0, ActivationQuant::kNone};
+    const Scheme schemes[] = {fp8, fp8_weights, kSchemes[6], kSchemes[7]};  // FP8 MMAs, bf16 MMAs, mxfp4, nvfp4
+    for (const Scheme& s : schemes)
+        for (const char* nt : {"1", "8"})
+            for (const char* ks : {"1", "2", "4", "8"})
+                for (const int64_t T : {1, 9}) {
+                    setenv("MOEX_BATCHED_NT", nt, 1), setenv("MOEX_BATCHED_KS", ks, 1);
+                    const QuantProblem qp(T, 1152, 384, 8, 2, Variant{.dtype = DType::kBF16}, s, 900 + uint64_t(T));
+                    const Expected ref = reference_of(qp.problem());
+                    const PlacedProblem placed = place(qp.problem(), Device::kCUDA);
+                    const Tensor out = run_backend(ExpertsInterface::global().get("batched_mm"), placed);
+                    EXPECT_TRUE(outputs_close(out.view(), ref, {}, cuda_tolerance(qp.problem(), "batched_mm")))
+                        << s.name << " nt=" << nt << " ks=" << ks << " T=" << T;
+                }
+}
+
 // The FP8 grouped pipeline quantizes h in the up GEMM's epilogue when I is a multiple of 128 (one tile's outputs are
 // one scale group): the same f32 operations as its own pass (MOEX_FUSED_H_QUANT=0), so the same bits, for every gated
 // layout, both 16-bit dtypes and both scale formats; H of 3 and 9 groups puts half a step and a partial batch into
