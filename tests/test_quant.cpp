@@ -764,6 +764,15 @@ TEST(QuantKernels, Avx2Fp4IntegerRouteMatchesFloat64AndIsRowInvariant) {
     std::vector<float> row(static_cast<size_t>(K)), buf(static_cast<size_t>(cpu::int_row_floats(K)));
     for (int64_t k = 0; k < K; ++k) row[size_t(k)] = bf16_to_f32(f32_to_bf16(float(std::cos(0.7 * double(k)) * 3.0)));
     EXPECT_TRUE(cpu::int_row_avx2(row.data(), K, buf.data()));
+    // The marks of blocks without a low plane (fp4_int_avx2.h): every element a multiple of 2^(E - 14). A bf16 value
+    // with a full mantissa 10 binades below block 1's largest is not, so block 1 loses its mark and keeps both planes.
+    const auto high_only = [&](int64_t blk) { return reinterpret_cast<const int32_t*>(buf.data() + K + K / 32)[blk]; };
+    for (int64_t k = 0; k < K; ++k) row[size_t(k)] = float(1 + k % 5) * 0.25f;  // multiples of 2^-2, largest 1.25
+    row[40] = std::ldexp(129.0f / 128.0f, -10);  // 129 · 2^-17: off block 1's 2^-14 grid
+    EXPECT_TRUE(cpu::int_row_avx2(row.data(), K, buf.data()));
+    EXPECT_NE(high_only(0), 0);
+    EXPECT_EQ(high_only(1), 0);
+    for (int64_t k = 0; k < K; ++k) row[size_t(k)] = bf16_to_f32(f32_to_bf16(float(std::cos(0.7 * double(k)) * 3.0)));
     row[33] = 3.0f;                   // block 1's largest: its step is 2^(1 - 29)
     row[40] = std::ldexp(1.0f, -28);  // one step
     EXPECT_TRUE(cpu::int_row_avx2(row.data(), K, buf.data()));

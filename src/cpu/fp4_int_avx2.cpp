@@ -2,7 +2,8 @@
 // TUTORIAL: every e2m1 value is half an integer of 0, ±1, ±2, ±3, ±4, ±6, ±8, ±12, and a block of 32 activations is an
 // integer vector times a power of two, q · 2^(E - 29) with |q| < 2^30, whenever each element is a multiple of the
 // block's step: always for a bf16 row whose elements lie within 22 binades of the block's largest (bf16 carries 8
-// significant bits), and for exact zeros. q goes in two int16 planes (q = hi · 2^15 + lo). The codes' integers come
+// significant bits), and for exact zeros. q goes in two int16 planes (q = hi · 2^15 + lo); a block whose elements all
+// lie within 7 binades of its largest has lo = 0, and the kernel skips that plane. The codes' integers come
 // from a 16-entry byte table and sit in the high byte of 16-bit lanes (x 256); vpmaddwd multiplies them by a plane and
 // adds pairs into int32 lanes, exactly (each lane sums 4 products, < 2^29). Both planes' sums convert to f32 exactly
 // and combine in one rounding; then the block folds in with one multiply by its activation scale and one fma by the
@@ -25,6 +26,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "src/cpu/parallel.h"
 #include "src/cpu/simd_avx2.h"
@@ -71,36 +73,57 @@ void int_tile(const float* const* bufs, const WeightMat& b, int64_t j, const flo
     const __m256i shift = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4), nib = _mm256_set1_epi8(0x0f);
     const __m256i lut = e2m1_twice(), high = _mm256_set1_epi16(int16_t(0xff00));
     const __m256 two15 = _mm256_set1_ps(32768.0f);
+    const int32_t* high_only[MB];  // int_row_avx2's block marks of each row of A
+#pragma GCC unroll 4
+    for (int mb = 0; mb < MB; ++mb) high_only[mb] = reinterpret_cast<const int32_t*>(bufs[mb] + K + blocks);
     for (int64_t blk = 0; blk < blocks; ++blk) {
         const int64_t byte = blk * kBlock / 2;
         if ((byte & 63) == 0)
 #pragma GCC unroll 8
             for (int nb = 0; nb < NB; ++nb)
                 _mm_prefetch(reinterpret_cast<const char*>(w + ahead + nb * ld + byte), _MM_HINT_T1);
+        // kHighOnly: every row of A has no low plane in this block, so hi · 2^15 alone is the sum (the same number
+        // as hi · 2^15 + 0 in one rounding) and the low plane's products are skipped. One branch a block, outside the
+        // rows' loops (a test per row and block mispredicted at each unrolled site).
+        auto rows = [&](auto high_only_const) {
+            constexpr bool kHighOnly = decltype(high_only_const)::value;
 #pragma GCC unroll 8
-        for (int nb = 0; nb < NB; ++nb) {
-            const __m256i raw =
-                _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + nb * ld + byte)));
-            const __m256i x = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srlv_epi32(raw, shift), nib));
-            const __m256i even = _mm256_slli_epi16(x, 8), odd = _mm256_and_si256(x, high);
-            const float* sg = s + nb * groups;
-            const __m256 scale = kNv ? group_pair(sg + 2 * blk) : _mm256_broadcast_ss(sg + blk);
+            for (int nb = 0; nb < NB; ++nb) {
+                const __m256i raw =
+                    _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + nb * ld + byte)));
+                const __m256i x = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srlv_epi32(raw, shift), nib));
+                const __m256i even = _mm256_slli_epi16(x, 8), odd = _mm256_and_si256(x, high);
+                const float* sg = s + nb * groups;
+                const __m256 scale = kNv ? group_pair(sg + 2 * blk) : _mm256_broadcast_ss(sg + blk);
 #pragma GCC unroll 4
-            for (int mb = 0; mb < MB; ++mb) {
-                const auto* q = reinterpret_cast<const __m256i*>(bufs[mb]) + 4 * blk;
-                const __m256i hi = _mm256_add_epi32(_mm256_madd_epi16(even, _mm256_loadu_si256(q)),
-                                                    _mm256_madd_epi16(odd, _mm256_loadu_si256(q + 1)));
-                const __m256i lo = _mm256_add_epi32(_mm256_madd_epi16(even, _mm256_loadu_si256(q + 2)),
-                                                    _mm256_madd_epi16(odd, _mm256_loadu_si256(q + 3)));
-                const __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), two15, _mm256_cvtepi32_ps(lo));
-                if constexpr (kFolded) {
-                    tot[nb][mb] = _mm256_fmadd_ps(v, scale, tot[nb][mb]);
-                } else {
-                    const __m256 ab = _mm256_broadcast_ss(bufs[mb] + K + blk);
-                    tot[nb][mb] = _mm256_fmadd_ps(_mm256_mul_ps(v, ab), scale, tot[nb][mb]);
+                for (int mb = 0; mb < MB; ++mb) {
+                    const auto* q = reinterpret_cast<const __m256i*>(bufs[mb]) + 4 * blk;
+                    const __m256i hi = _mm256_add_epi32(_mm256_madd_epi16(even, _mm256_loadu_si256(q)),
+                                                        _mm256_madd_epi16(odd, _mm256_loadu_si256(q + 1)));
+                    __m256 v;
+                    if constexpr (kHighOnly) {
+                        v = _mm256_mul_ps(_mm256_cvtepi32_ps(hi), two15);
+                    } else {
+                        const __m256i lo = _mm256_add_epi32(_mm256_madd_epi16(even, _mm256_loadu_si256(q + 2)),
+                                                            _mm256_madd_epi16(odd, _mm256_loadu_si256(q + 3)));
+                        v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), two15, _mm256_cvtepi32_ps(lo));
+                    }
+                    if constexpr (kFolded) {
+                        tot[nb][mb] = _mm256_fmadd_ps(v, scale, tot[nb][mb]);
+                    } else {
+                        const __m256 ab = _mm256_broadcast_ss(bufs[mb] + K + blk);
+                        tot[nb][mb] = _mm256_fmadd_ps(_mm256_mul_ps(v, ab), scale, tot[nb][mb]);
+                    }
                 }
             }
-        }
+        };
+        bool high_only_all = true;
+#pragma GCC unroll 4
+        for (int mb = 0; mb < MB; ++mb) high_only_all &= high_only[mb][blk] != 0;
+        if (high_only_all)
+            rows(std::true_type{});
+        else
+            rows(std::false_type{});
     }
 #pragma GCC unroll 8
     for (int nb = 0; nb < NB; ++nb)
@@ -173,6 +196,7 @@ bool int_rows(const float* const* bufs, const WeightMat& b, int64_t n, float* co
 bool int_row_avx2(const float* a, int64_t K, float* buf) {
     auto* planes = reinterpret_cast<int16_t*>(buf);
     float* ab = buf + K;
+    auto* high_only = reinterpret_cast<int32_t*>(ab + K / kBlock);  // nonzero: the block's low plane is all zero
     const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     for (int64_t k0 = 0, blk = 0; k0 < K; k0 += kBlock, ++blk) {
         __m256 x[4], top = _mm256_setzero_ps();
@@ -190,6 +214,7 @@ bool int_row_avx2(const float* a, int64_t K, float* buf) {
         if (m == 0.0f) {
             std::memset(p, 0, 2 * kBlock * sizeof(int16_t));
             ab[blk] = 0.0f;
+            high_only[blk] = 1;
             continue;
         }
         const int E = std::ilogb(m);  // m in [2^E, 2^(E+1))
@@ -214,11 +239,14 @@ bool int_row_avx2(const float* a, int64_t K, float* buf) {
             return _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xd8);
         };
         auto* out = reinterpret_cast<__m256i*>(p);  // hi even, hi odd, lo even, lo odd
+        const __m256i lo_even = pack(_mm256_and_si256(r0, low15), _mm256_and_si256(r1, low15));
+        const __m256i lo_odd = pack(_mm256_and_si256(r2, low15), _mm256_and_si256(r3, low15));
         _mm256_storeu_si256(out, pack(_mm256_srai_epi32(r0, 15), _mm256_srai_epi32(r1, 15)));
         _mm256_storeu_si256(out + 1, pack(_mm256_srai_epi32(r2, 15), _mm256_srai_epi32(r3, 15)));
-        _mm256_storeu_si256(out + 2, pack(_mm256_and_si256(r0, low15), _mm256_and_si256(r1, low15)));
-        _mm256_storeu_si256(out + 3, pack(_mm256_and_si256(r2, low15), _mm256_and_si256(r3, low15)));
+        _mm256_storeu_si256(out + 2, lo_even);
+        _mm256_storeu_si256(out + 3, lo_odd);
         ab[blk] = std::ldexp(1.0f, E - 38);  // sums count (2 · code value) · 256 · q: value = sum · 2^(E - 29 - 9)
+        high_only[blk] = _mm256_testz_si256(_mm256_or_si256(lo_even, lo_odd), _mm256_or_si256(lo_even, lo_odd));
     }
     return true;
 }
