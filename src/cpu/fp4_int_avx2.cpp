@@ -84,7 +84,7 @@ void int_tile(const float* const* bufs, const WeightMat& b, int64_t j, const flo
                 _mm_prefetch(reinterpret_cast<const char*>(w + ahead + nb * ld + byte), _MM_HINT_T1);
         // kHighOnly: every row of A has no low plane in this block, so hi · 2^15 alone is the sum (the same number
         // as hi · 2^15 + 0 in one rounding) and the low plane's products are skipped. One branch a block, outside the
-        // rows' loops (a test per row and block mispredicted at each unrolled site).
+        // rows' loops (a test per row inside the unrolled loops measured slower at T = 1: bench/RESULTS.md AL7).
         auto rows = [&](auto high_only_const) {
             constexpr bool kHighOnly = decltype(high_only_const)::value;
 #pragma GCC unroll 8

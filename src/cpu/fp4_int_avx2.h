@@ -61,7 +61,7 @@ inline int64_t int_row_floats(int64_t K) { return K + 2 * (K / 32); }
 // One row of A as exact integers per block of 32: a[k] = (hi · 2^15 + lo) · 2^(E_b - 29), the planes in the lane
 // order of the kernel's decoded codes, and ab[b] = 2^(E_b - 38) (what turns the kernel's sums back into values); a
 // block whose low plane is all zero (every element a multiple of 2^(E_b - 14): bf16 values within 7 binades of the
-// block's largest) is marked, and the kernel multiplies its high plane alone (the same sums, half the work). False
+// block's largest) is marked, and the kernel multiplies its high plane alone (the same sums, one plane's work). False
 // when some block cannot be written so (an element more than 22 binades below its block's largest that is no
 // multiple of the block's step, a NaN or an infinity, a block whose scale leaves the normal range): that row takes the
 // f32 route. `buf` holds int_row_floats(K) floats.
