@@ -1,5 +1,5 @@
-// The routing arrays of a grouped GEMM (cuda/gemm/grouped_gemm.h) made by hand, on the device: for the tests that
-// launch the GEMM kernels directly on experts laid out in 128-row blocks.
+// The routing arrays of a grouped GEMM (cuda/gemm/grouped_gemm.h) made by hand, on the device, and the arguments the
+// tests that launch the GEMM kernels directly on experts laid out in 128-row blocks set alike.
 #pragma once
 
 #if MOEX_WITH_CUDA
@@ -34,6 +34,18 @@ class GemmRouting {
         a.expert_row_count = static_cast<const int32_t*>(row_count_.view().data);
         a.E = experts_, a.max_m_tiles = tiles_;
     }
+    // Rows of A (P, K) times B (E, N, K) of their expert, stored to D as (P, N) f32 rows, routed by this object: A and
+    // B as bf16 until the caller sets their quantized kinds (b_dtype, b_scales, a_fp8); the gate is the contract's
+    // default and unused by the plain store.
+    cuda::GroupedGemmArgs store_f32_args(const void* A, const void* B, void* D, int64_t P, int64_t N, int64_t K) const {
+        cuda::GroupedGemmArgs a{};
+        a.A = A, a.B = B, a.D = D;
+        into(a);
+        a.P = P, a.N = N, a.K = K;
+        a.dtype = DType::kBF16, a.d_f32 = true, a.epilogue = cuda::Epilogue::kStore;
+        a.gate = {Activation::kSilu, GateKind::kDefault, true, 1.702f, 7.0f};
+        return a;
+    }
 
    private:
     static DeviceTensor upload(const std::vector<int32_t>& v) {
@@ -45,6 +57,14 @@ class GemmRouting {
     int64_t tiles_, experts_;
     DeviceTensor tile_expert_, num_tiles_, row_start_, row_count_;
 };
+
+// A (P, N) f32 output on the device, every byte 0xff (NaN): a row the kernel should not store stays NaN.
+inline DeviceTensor poisoned_f32(int64_t P, int64_t N) {
+    const int64_t shape[2] = {P, N};
+    DeviceTensor d(DType::kF32, shape, 2, Device::kCUDA);
+    d.fill_bytes(0xff);
+    return d;
+}
 
 }  // namespace moex::test
 #endif

@@ -486,15 +486,8 @@ TEST(QuantGemmCuda, Fp8Sm90MatchesFloat64OnTheSameCodes) {
         const GemmRouting routing({0, 0, 1}, starts, counts);
         auto up = [](const Tensor& t) { return DeviceTensor::from_host(t.view(), Device::kCUDA); };
         const DeviceTensor da = up(a), das = up(as), db = up(b), dbs = up(bs);
-        const int64_t dshape[2] = {P, N};
-        DeviceTensor dd(DType::kF32, dshape, 2, Device::kCUDA);
-        dd.fill_bytes(0xff);
-        cuda::GroupedGemmArgs g{};
-        g.A = da.view().data, g.B = db.view().data, g.D = dd.view().data;
-        routing.into(g);
-        g.P = P, g.N = N, g.K = K;
-        g.dtype = DType::kBF16, g.d_f32 = true, g.epilogue = cuda::Epilogue::kStore;
-        g.gate = {Activation::kSilu, GateKind::kDefault, true, 1.702f, 7.0f};
+        const DeviceTensor dd = poisoned_f32(P, N);
+        cuda::GroupedGemmArgs g = routing.store_f32_args(da.view().data, db.view().data, dd.view().data, P, N, K);
         g.b_dtype = DType::kFP8E4M3;
         g.b_scales = {.format = QuantFormat::kFp8,
                       .data = dbs.view().data,

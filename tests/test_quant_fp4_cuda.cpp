@@ -50,15 +50,8 @@ void check_fp4_gemm(QuantFormat format) {
     const GemmRouting routing({0, 0, 1, 7}, starts, counts);
     auto up = [](const Tensor& t) { return DeviceTensor::from_host(t.view(), Device::kCUDA); };
     const DeviceTensor da = up(a), db = up(b), dbs = up(bs), dg = up(g);
-    const int64_t dshape[2] = {P, N};
-    DeviceTensor dd(DType::kF32, dshape, 2, Device::kCUDA);
-    dd.fill_bytes(0xff);  // NaN: a row the kernel should not store stays NaN
-    cuda::GroupedGemmArgs args{};
-    args.A = da.view().data, args.B = db.view().data, args.D = dd.view().data;
-    routing.into(args);
-    args.P = P, args.N = N, args.K = K;
-    args.dtype = DType::kBF16, args.d_f32 = true, args.epilogue = cuda::Epilogue::kStore;
-    args.gate = {Activation::kSilu, GateKind::kDefault, true, 1.702f, 7.0f};
+    const DeviceTensor dd = poisoned_f32(P, N);
+    cuda::GroupedGemmArgs args = routing.store_f32_args(da.view().data, db.view().data, dd.view().data, P, N, K);
     args.b_dtype = DType::kU8;
     args.b_scales = {.format = format,
                      .data = dbs.view().data,
