@@ -246,7 +246,8 @@ bool int_row_avx2(const float* a, int64_t K, float* buf) {
         _mm256_storeu_si256(out + 2, lo_even);
         _mm256_storeu_si256(out + 3, lo_odd);
         ab[blk] = std::ldexp(1.0f, E - 38);  // sums count (2 · code value) · 256 · q: value = sum · 2^(E - 29 - 9)
-        high_only[blk] = _mm256_testz_si256(_mm256_or_si256(lo_even, lo_odd), _mm256_or_si256(lo_even, lo_odd));
+        const __m256i lo = _mm256_or_si256(lo_even, lo_odd);
+        high_only[blk] = _mm256_testz_si256(lo, lo);
     }
     return true;
 }
