@@ -2,7 +2,8 @@
 // warp-specialised kernel (one TMA producer warp, two wgmma consumer warpgroups) with 128x256x64 tiles in a
 // 4-stage TMA ring, optional 2-CTA clusters sharing B by multicast, and TMA-store epilogues (sm90_epilogue.cuh).
 // kFp8: e4m3 A and B, 128 K per stage (the same bytes), each warpgroup's 64 x 256 tile computed as two m64n128k32
-// halves per K block into a 64-register temporary and promoted with the block's scales (DeepGEMM's recipe).
+// halves per K block into a 64-register temporary and promoted with the block's scales (DeepGEMM's recipe); a second
+// producer warp stages each stage's B scales beside it (sm90_fp8_scales.cuh).
 // kFp4: e2m1 B converted to bf16 in shared memory by the consumers while the previous stage's MMAs run (sm90_fp4.cuh).
 #pragma once
 
@@ -13,6 +14,7 @@
 #include "cuda/common/quant.cuh"
 #include "cuda/gemm/sm90_epilogue.cuh"
 #include "cuda/gemm/sm90_fp4.cuh"
+#include "cuda/gemm/sm90_fp8_scales.cuh"
 #include "cuda/gemm/sm90_scheduler.cuh"
 #include "cuda/gemm/sm90_tma.cuh"
 #include "cuda/gemm/sm90_wgmma.cuh"
@@ -34,19 +36,19 @@ inline constexpr uint32_t kBiasBytes = 2 * kBlockN * 2;            // 2 warpgrou
 enum class BIn : int32_t { kDtype = 0, kFp8 = 1, kFp4 = 2 };
 
 // Shared memory (offsets from the 1024-aligned base): A's ring, kFp4's byte ring, B's ring (kFp4: the converted
-// stages), the store staging, the bias slots, then the barriers (full and empty per stage; kFp4: bfull and bempty
-// per converted stage). kFp4: 64 + 32 + 96 + 32 KB.
+// stages), the store staging, the bias slots, the barriers (full and empty per stage; kFp4: bfull and bempty per
+// converted stage), then kFp8's B scale slots (one float2 per stage). kFp4: 64 + 32 + 96 + 32 KB.
 template <BIn kB>
 struct SmemLayout {
-    static constexpr bool kFp4 = kB == BIn::kFp4;
+    static constexpr bool kFp4 = kB == BIn::kFp4, kFp8 = kB == BIn::kFp8;
     static constexpr int32_t b_stages = kFp4 ? kB4Stages : kStages;
     static constexpr uint32_t raw = kStages * kABytes;
     static constexpr uint32_t b = raw + (kFp4 ? kStages * kB4Bytes : 0);
     static constexpr uint32_t staging = b + b_stages * kBBytes;
     static constexpr uint32_t bias = staging + kStagingBytes;
     static constexpr uint32_t bars = bias + kBiasBytes;
-    static constexpr uint32_t bytes =
-        1024 /* alignment slack */ + bars + (2 * kStages + (kFp4 ? 2 * kB4Stages : 0)) * 8;
+    static constexpr uint32_t b_scales = bars + (2 * kStages + (kFp4 ? 2 * kB4Stages : 0)) * 8;
+    static constexpr uint32_t bytes = 1024 /* alignment slack */ + b_scales + (kFp8 ? kStages * kFp8ScaleSlotBytes : 0);
     static_assert(bytes <= 232448, "over the 227 KB opt-in shared memory of sm_90");
 };
 // 2 x 128 x 232 + 128 x 40 = 64512 = 384 x 168 registers (the launch bound's); the consumers need 128 accumulators
@@ -78,10 +80,9 @@ struct Sm90Params {
     int32_t a_slices, k_slice;
 };
 
-// kFp8: the scales of one K block as loaded (the rows' activation scales, the B halves' stored scale words).
-struct FpScaleWords {
-    float a_lo, a_hi;  // rows r_lo, r_lo + 8
-    uint32_t b[2];
+// kFp8: the activation scales of one K block of this thread's rows r_lo, r_lo + 8.
+struct RowScales {
+    float a_lo, a_hi;
 };
 
 // kFp8: one K block is 128 e4m3 values, the same 128-byte swizzled line (and stage bytes) as 64 bf16 values.
@@ -103,6 +104,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
     uint64_t* empty = full + kStages;
     uint64_t* bfull = empty + kStages;  // kFp4: the converted ring's barriers
     uint64_t* bempty = bfull + kB4Stages;
+    float2* b_scale_slots = reinterpret_cast<float2*>(smem + L::b_scales);  // kFp8: (kStages,)
 
     const uint32_t warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);
     const uint32_t lane = threadIdx.x % 32;
@@ -113,7 +115,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
     if (threadIdx.x == 256) {
 #pragma unroll
         for (int s = 0; s < kStages; ++s) {
-            mbar_init(&full[s], 1);               // the producer's arrive.expect_tx
+            mbar_init(&full[s], kFp8 ? 2 : 1);    // the producer's arrive.expect_tx (kFp8: and the scale warp's)
             mbar_init(&empty[s], 8 * cluster_m);  // every consumer warp of every CTA it feeds
         }
         if constexpr (kFp4) {
@@ -158,7 +160,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                 const int32_t row0 = p.m_tile_row0 != nullptr ? p.m_tile_row0[tile.m] : tile.m * kBlockM;
                 for (int32_t kb = 0; kb < num_kb; ++kb) {
                     const int32_t k0 = kb * kBK;
-                    mbar_wait(&empty[stage], phase ^ 1);
+                    mbar_wait_parked(&empty[stage], phase ^ 1);
                     mbar_arrive_expect_tx(&full[stage], kABytes + (kFp4 ? kB4Bytes : kBBytes));
                     tma_load_2d(smem_a + stage * kABytes, &p.map_a, &full[stage], k0, row0);
                     if constexpr (kFp4) {  // the codes of both halves; the consumers convert them from here
@@ -190,6 +192,23 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                             }
                         }
                     }
+                    if (++stage == kStages) stage = 0, phase ^= 1;
+                }
+            }
+        } else if (kFp8 && warp == 9 && lane == 0) {
+            // The B scales of every stage the TMA thread fills, in the same order, loaded before the slot is free.
+            for (int32_t t = blockIdx.x; t < sched.total; t += gridDim.x) {
+                const TileCoord tile = sched.decode(t);
+                int32_t e = p.m_tile_expert[tile.m];
+                e = static_cast<uint32_t>(e) < static_cast<uint32_t>(p.E) ? e : 0;
+                const int32_t half0 = gate_concat ? tile.n * 128 : tile.n * 256;
+                const int32_t half1 = gate_concat ? p.epi.n_half + half0 : half0 + 128;
+                const Fp8ScaleRows rows = fp8_scale_rows(p.b_scales, e, half0, half1, p.epi.N);
+                for (int32_t kb = 0; kb < num_kb; ++kb) {
+                    const float2 w = fp8_block_scales(p.b_scales, rows, kb);
+                    mbar_wait_parked(&empty[stage], phase ^ 1);
+                    b_scale_slots[stage] = w;
+                    mbar_arrive(&full[stage]);  // release: the slot's store is visible to the stage's waiters
                     if (++stage == kStages) stage = 0, phase ^= 1;
                 }
             }
@@ -257,39 +276,30 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
             if constexpr (kFp8) {
                 // Per K block and B half: 4 x m64n128k32 into tmp, then acc += tmp * a_scale(row) * b_scale(half).
                 // acc keeps the m64n256 layout (half h = registers 64h ..), so the epilogue is the bf16 one's.
-                // The scale words of K block kb are loaded when block kb - 2 starts, into one of three register
-                // sets used in turn (the loop is unrolled by three, so no set is ever copied): nothing waits on
-                // an L2 round trip until two blocks later (a one-block-ahead prefetch through a copy let the
-                // compiler wait on the load between the two halves' MMAs; RESULTS L7).
+                // The B halves' scales come with the stage (its slot, sm90_fp8_scales.cuh). The rows' activation
+                // scales of K block kb are loaded when block kb - 2 starts, into one of three register pairs used in
+                // turn (the loop is unrolled by three, so no pair is ever copied): nothing waits on an L2 round trip
+                // until two blocks later (a one-block-ahead prefetch through a copy let the compiler wait on the
+                // load between the two halves' MMAs; RESULTS L7).
                 float tmp[64];
-                FpScaleWords s0{}, s1{}, s2{};
-                const float g = !active || p.b_scales.global == nullptr ? 1.f : p.b_scales.global[e];
-                const bool has_half1 = half1 < p.epi.N;  // N = 128 (ungated I = 128): no second half, no scales
-                // This tile's scale rows, so that a K block's loads are offsets: the rows' activation scales
-                // (one slice per a_blocks K blocks) and the B halves' rows of weight blocks (shifts >= 7).
-                // Packed layout: the last tile's rows may pass P; they read row P - 1's scales (not stored).
+                RowScales s0{}, s1{}, s2{};
+                // This tile's activation scale rows (one slice per a_blocks K blocks), so a K block's loads are
+                // offsets. Packed layout: the last tile's rows may pass P; they read row P - 1's scales (not stored).
                 const int32_t r_lo = min(row0 + static_cast<int32_t>(th.r_lo), p.epi.P - 1);
                 const int32_t a_hi = (min(row0 + static_cast<int32_t>(th.r_lo) + 8, p.epi.P - 1) - r_lo) * p.a_slices;
                 const float* a_row = p.a_scales + int64_t(r_lo) * p.a_slices;
                 // a_blocks 0: a per-tensor slice of K < 128 values (one K block).
-                const int32_t a_blocks = p.k_slice / kBK, b_shift = p.b_scales.col_shift - 7;
-                const auto b_row = [&](int32_t n) {
-                    return (int64_t(e) * p.b_scales.rows_b + (int64_t(n) >> p.b_scales.row_shift)) * p.b_scales.cols_b;
-                };
-                const int64_t b_row0 = active ? b_row(half0) : 0, b_row1 = active && has_half1 ? b_row(half1) : 0;
-                auto load_scales = [&](int32_t kb, FpScaleWords& s) {
+                const int32_t a_blocks = p.k_slice / kBK;
+                auto load_scales = [&](int32_t kb, RowScales& s) {
                     kb = min(kb, num_kb - 1);  // past the end: load the last block's again (in bounds, unused)
-                    // Shifts in 64 bits: a per-tensor scale is one block of shift 62 (cuda_bridge.cpp).
                     const int32_t sa = a_blocks == 1 ? kb : kb * kBK / p.k_slice;
-                    const int64_t sb = int64_t(kb) >> b_shift;
                     s.a_lo = a_row[sa], s.a_hi = a_row[sa + a_hi];
-                    s.b[0] = scale_word_at(p.b_scales, b_row0 + sb);
-                    s.b[1] = has_half1 ? scale_word_at(p.b_scales, b_row1 + sb) : 0u;
                 };
                 // One K block: both halves' MMAs, each waited for and promoted. The block's bookkeeping (the scale
-                // loads two blocks ahead, this block's B scales) is issued while the first half's MMAs run, and the
-                // stage is released as soon as the second half's MMAs are done, before its promotion: ncu found
-                // the warps' own instructions, issued after each drain, a large part of the FP8 GEMM's stalls.
+                // loads two blocks ahead, this block's B scales from the stage's slot) is issued while the first
+                // half's MMAs run, and the stage is released as soon as the second half's MMAs are done, before its
+                // promotion: ncu found the warps' own instructions, issued after each drain, a large part of the FP8
+                // GEMM's stalls.
                 auto issue_half = [&](int h) {
                     wgmma_fence();
 #pragma unroll
@@ -300,23 +310,26 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                     wgmma_commit();
                     fence_accumulators(tmp);
                 };
-                auto promote_half = [&](int h, float s_lo, float s_hi) {
+                // The half's B scale is read from the stage's slot after the wait (before the release that lets the
+                // slot be refilled): read earlier, it would hold a register across the MMAs, which tipped the
+                // consumers' 232 into spills.
+                auto promote_half = [&](int h, const RowScales& a) {
                     wgmma_wait<0>();
                     fence_accumulators(tmp);
+                    const float w = reinterpret_cast<const float*>(&b_scale_slots[stage])[h];
                     if (h == 1) release(stage);
+                    const float s_lo = a.a_lo * w, s_hi = a.a_hi * w;
 #pragma unroll
                     for (int i = 0; i < 64; ++i)
                         acc[64 * h + i] = fmaf(tmp[i], (i % 4) < 2 ? s_lo : s_hi, acc[64 * h + i]);
                 };
-                auto k_block = [&](int32_t kb, const FpScaleWords& cur, FpScaleWords& fill) {
+                auto k_block = [&](int32_t kb, const RowScales& cur, RowScales& fill) {
                     mbar_wait(&full[stage], phase);
                     issue_half(0);
                     load_scales(kb + 2, fill);
-                    const float w0 = decode_scale_word(p.b_scales, cur.b[0]) * g;
-                    const float w1 = has_half1 ? decode_scale_word(p.b_scales, cur.b[1]) * g : 0.f;
-                    promote_half(0, cur.a_lo * w0, cur.a_hi * w0);
+                    promote_half(0, cur);
                     issue_half(1);
-                    promote_half(1, cur.a_lo * w1, cur.a_hi * w1);
+                    promote_half(1, cur);
                     if (++stage == kStages) stage = 0, phase ^= 1;
                 };
 #pragma unroll
