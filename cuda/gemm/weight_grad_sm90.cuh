@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kThreads, 1) weight_grad_sm90_kernel(const __g
                 const uint32_t bytes = static_cast<uint32_t>(a_boxes + b_boxes) * kBoxBytes;
                 for (int32_t kb = 0; kb < blocks; ++kb) {
                     const int32_t row = row0 + kb * kBlockRows;
-                    mbar_wait(&empty[stage], phase ^ 1);
+                    mbar_wait_parked(&empty[stage], phase ^ 1);
                     mbar_arrive_expect_tx(&full[stage], bytes);
                     for (int32_t i = 0; i < a_boxes; ++i)
                         tma_load_2d(smem_a + stage * kABytes + i * kBoxBytes, &p.map_a, &full[stage], m0 + 64 * i, row);
