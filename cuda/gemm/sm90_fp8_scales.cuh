@@ -1,7 +1,7 @@
 // FP8 weights' block scales in the sm_90a grouped GEMM (grouped_gemm_sm90.cuh, BIn::kFp8): one producer warp
 // stages, for every ring stage, the two B halves' scales of its 128-deep K block, decoded to f32 and multiplied by
 // the expert's global scale, into an 8-byte slot beside the stage, and arrives on the stage's full barrier (which
-// then waits for the TMA bytes and this arrival). A consumer reads both with one shared load after its wait.
+// then waits for the TMA bytes and this arrival). A consumer reads each half's scale after that half's MMAs are waited.
 // Why not in the consumers: a B scale word is the same for every thread of the warpgroup, so ptxas keeps it in a
 // uniform register and moves it there (R2UR) right after its global load, which made the MMA warps wait an L2
 // round trip in every K block however far ahead the load was issued (bench/RESULTS.md AM1: 6-7% of the main loop's
