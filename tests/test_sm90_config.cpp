@@ -3,11 +3,14 @@
 // change. Runs without a GPU.
 #include <algorithm>
 #include <cstdint>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "tests/test_support.h"
 #if MOEX_WITH_CUDA
 #include "cuda/gemm/sm90_config.h"
+#include "cuda/gemm/sm90_scheduler.cuh"
 #endif
 
 namespace moex::test {
@@ -82,6 +85,31 @@ TEST(Sm90Config, DecodeKeepsOneCtaAndGroupsOfTwo) {
     ASSERT_EQ(c.why_not, nullptr);
     EXPECT_EQ(c.cluster_m, 1);
     EXPECT_EQ(c.group_m, 2);
+}
+
+// The tile schedule (the kernel's own host-device code) visits every (M tile, N tile) exactly once, and with an even
+// group (2-CTA clusters) the pair of tiles t, t ^ 1 shares its N tile (B multicast) or, in the last lone M tile, its
+// M tile. Random M / N tile counts and groups.
+TEST(Sm90Scheduler, EveryTileOnceAndPairsShareATile) {
+    std::mt19937 rng(11);
+    for (int trial = 0; trial < 400; ++trial) {
+        const int32_t num_m = 1 + int32_t(rng() % 70), num_n = 1 + int32_t(rng() % 17);
+        const int32_t group = 1 + int32_t(rng() % 17);
+        const cuda::sm90::TileScheduler s(&num_m, num_m, num_n, group);
+        ASSERT_EQ(s.total, num_m * num_n);
+        std::vector<int> seen(size_t(s.total), 0);
+        for (int32_t t = 0; t < s.total; ++t) {
+            const cuda::sm90::TileCoord c = s.decode(t);
+            ASSERT_TRUE(c.m >= 0 && c.m < num_m && c.n >= 0 && c.n < num_n)
+                << "trial " << trial << " t " << t << " -> (" << c.m << ", " << c.n << ")";
+            ++seen[size_t(c.m) * size_t(num_n) + size_t(c.n)];
+            if (group % 2 == 0 && t % 2 == 0 && s.peer_alive(t)) {
+                const cuda::sm90::TileCoord d = s.decode(t + 1);
+                EXPECT_TRUE(c.n == d.n || c.m == d.m) << "trial " << trial << " t " << t;
+            }
+        }
+        for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << "trial " << trial << " tile " << i;
+    }
 }
 #endif
 

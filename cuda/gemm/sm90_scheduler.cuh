@@ -1,9 +1,12 @@
-// Static persistent tile schedule of the sm_90a grouped GEMM: CTA b takes tiles b, b + grid, b + 2·grid, ...
-// Tiles are rasterised in groups of group_m M tiles (M fastest inside a group, then N) so that the CTAs running
-// at the same time share A rows and B columns through L2. The tile count is read from device memory.
+// Static persistent tile schedule of the sm_90a grouped GEMM (host-device: tests/test_sm90_config.cpp walks it): CTA b
+// takes tiles b, b + grid, b + 2·grid, ... Tiles are rasterised in groups of group_m M tiles (M fastest inside a group,
+// then N) so that the CTAs running at the same time share A rows and B columns through L2. The tile count is read from
+// device memory.
 #pragma once
 
 #include <cstdint>
+
+#include "cuda/common/host_device.h"
 
 namespace moex::cuda::sm90 {
 
@@ -21,8 +24,8 @@ struct TileScheduler {
     int32_t total;    // num_m · num_n
     int32_t group_m;  // M tiles per group
 
-    __device__ __forceinline__ TileScheduler(const int32_t* num_m_tiles, int32_t max_m_tiles, int32_t n_tiles,
-                                             int32_t group) {
+    MOEX_HOST_DEVICE_INLINE TileScheduler(const int32_t* num_m_tiles, int32_t max_m_tiles, int32_t n_tiles,
+                                          int32_t group) {
         int32_t m = *num_m_tiles;
         m = m < 0 ? 0 : (m > max_m_tiles ? max_m_tiles : m);
         num_m = m;
@@ -31,7 +34,7 @@ struct TileScheduler {
         group_m = group;
     }
 
-    __device__ __forceinline__ TileCoord decode(int32_t t) const {
+    MOEX_HOST_DEVICE_INLINE TileCoord decode(int32_t t) const {
         const int32_t full_m = num_m - num_m % group_m;  // M tiles in complete groups
         if (t < full_m * num_n) {
             const int32_t span = group_m * num_n;
@@ -46,7 +49,7 @@ struct TileScheduler {
         return {full_m + rest_even, u};
     }
 
-    __device__ __forceinline__ bool peer_alive(int32_t t) const { return (t ^ 1) < total; }
+    MOEX_HOST_DEVICE_INLINE bool peer_alive(int32_t t) const { return (t ^ 1) < total; }
 };
 
 }  // namespace moex::cuda::sm90

@@ -9,16 +9,12 @@
 #include <memory>
 
 #include "cuda/common/align.h"
+#include "cuda/common/host_device.h"
 #include "moex/activation.h"
 #include "moex/dtype.h"
 
 // The pure choice functions below run on the host and, where a kernel reads its position from device memory, on the
-// device too.
-#if defined(__CUDACC__)
-#define MOEX_HOST_DEVICE __host__ __device__
-#else
-#define MOEX_HOST_DEVICE
-#endif
+// device too (MOEX_HOST_DEVICE).
 
 namespace moex::cuda::model {
 
