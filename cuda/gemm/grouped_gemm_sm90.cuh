@@ -89,6 +89,16 @@ struct RowScales {
 template <bool kFp8>
 inline constexpr int32_t kStageK = kFp8 ? 128 : kBlockK;
 
+// The expert whose B (and scales) a tile loads: a bad id loads expert 0, in bounds, and its tile skips its MMAs.
+__device__ __forceinline__ int32_t expert_to_load(int32_t e, int32_t E) {
+    return static_cast<uint32_t>(e) < static_cast<uint32_t>(E) ? e : 0;
+}
+// B rows of N tile n's two 128-wide halves: a [gate | up] pair (concatenated gate), or 256 consecutive rows.
+__device__ __forceinline__ int2 b_halves(const Sm90Params& p, bool gate_concat, int32_t n) {
+    const int32_t half0 = gate_concat ? n * 128 : n * 256;
+    return make_int2(half0, gate_concat ? p.epi.n_half + half0 : half0 + 128);
+}
+
 template <typename T, bool kBNMajor, EpiKind kEpi, BIn kB>
 __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __grid_constant__ Sm90Params p) {
     constexpr bool kFp8 = kB == BIn::kFp8, kFp4 = kB == BIn::kFp4;
@@ -145,18 +155,15 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
             tma_prefetch_map(&p.map_b);
             for (int32_t t = blockIdx.x; t < sched.total; t += gridDim.x) {
                 const TileCoord tile = sched.decode(t);
-                int32_t e = p.m_tile_expert[tile.m];
-                e = static_cast<uint32_t>(e) < static_cast<uint32_t>(p.E) ? e : 0;  // bad id: load in bounds, skip MMAs
+                const int32_t e = expert_to_load(p.m_tile_expert[tile.m], p.E);
                 bool multicast = false;
                 if (cluster_m > 1 && sched.peer_alive(t)) {
                     const TileCoord peer = sched.decode(t ^ 1);
-                    const int32_t pe = p.m_tile_expert[peer.m];
-                    multicast =
-                        peer.n == tile.n && (static_cast<uint32_t>(pe) < static_cast<uint32_t>(p.E) ? pe : 0) == e;
+                    const int32_t pe = expert_to_load(p.m_tile_expert[peer.m], p.E);
+                    multicast = peer.n == tile.n && pe == e;
                 }
-                // B rows of the two 128-wide halves of the tile: [gate | up] pairs, or 256 consecutive rows.
-                const int32_t half0 = gate_concat ? tile.n * 128 : tile.n * 256;
-                const int32_t half1 = gate_concat ? p.epi.n_half + half0 : half0 + 128;
+                const int2 halves = b_halves(p, gate_concat, tile.n);
+                const int32_t half0 = halves.x, half1 = halves.y;
                 const int32_t row0 = p.m_tile_row0 != nullptr ? p.m_tile_row0[tile.m] : tile.m * kBlockM;
                 for (int32_t kb = 0; kb < num_kb; ++kb) {
                     const int32_t k0 = kb * kBK;
@@ -199,11 +206,9 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
             // The B scales of every stage the TMA thread fills, in the same order, loaded before the slot is free.
             for (int32_t t = blockIdx.x; t < sched.total; t += gridDim.x) {
                 const TileCoord tile = sched.decode(t);
-                int32_t e = p.m_tile_expert[tile.m];
-                e = static_cast<uint32_t>(e) < static_cast<uint32_t>(p.E) ? e : 0;
-                const int32_t half0 = gate_concat ? tile.n * 128 : tile.n * 256;
-                const int32_t half1 = gate_concat ? p.epi.n_half + half0 : half0 + 128;
-                const Fp8ScaleRows rows = fp8_scale_rows(p.b_scales, e, half0, half1, p.epi.N);
+                const int32_t e = expert_to_load(p.m_tile_expert[tile.m], p.E);
+                const int2 halves = b_halves(p, gate_concat, tile.n);
+                const Fp8ScaleRows rows = fp8_scale_rows(p.b_scales, e, halves.x, halves.y, p.epi.N);
                 for (int32_t kb = 0; kb < num_kb; ++kb) {
                     const float2 w = fp8_block_scales(p.b_scales, rows, kb);
                     mbar_wait_parked(&empty[stage], phase ^ 1);
@@ -255,8 +260,8 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
             const bool active = row0 < row_end;
             const bool peer = cluster_m > 1 && sched.peer_alive(t);
             TileExtras extras{1.f, 1.f, 0u, 1.f};
-            const int32_t half0 = gate_concat ? tile.n * 128 : tile.n * 256;
-            const int32_t half1 = gate_concat ? p.epi.n_half + half0 : half0 + 128;
+            const int2 halves = b_halves(p, gate_concat, tile.n);
+            const int32_t half0 = halves.x, half1 = halves.y;
             if (active) extras = load_tile_extras<T>(p.epi, th, row0, e, half0, half1);
             if constexpr (kFp4) {
                 if (active && p.b_scales.global != nullptr) extras.es *= p.b_scales.global[e];  // nvfp4
@@ -352,7 +357,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                 // Stage kb + 1's B converted by both warpgroups while stage kb's MMAs run (sm90_fp4.cuh); a stage's
                 // scales loaded two stages ahead into one of two register sets used in turn (the loop is unrolled by
                 // two, so no set is copied and nothing waits on the loads before their stage).
-                const int32_t e_in = static_cast<uint32_t>(e) < static_cast<uint32_t>(p.E) ? e : 0;  // as the TMA's
+                const int32_t e_in = expert_to_load(e, p.E);  // as the TMA's
                 const Fp4Tile ft{&p.b_scales, e_in, half0, half1, p.epi.N, p.K, num_kb};
                 const bool nv = p.b_scales.format == QuantFormat::kNvfp4;
                 const uint32_t u0 = fp4_first_unit(wg, th.tid);
