@@ -138,7 +138,8 @@ void run_grouped(const ExpertsArgs& a, cudaStream_t stream, const GroupedOptions
                        .a_scales = codes ? ws.at<float>(x_scales) : nullptr,
                        .a_fp8 = false,
                        .expert_scale = options.up_expert_scale,
-                       .m_tile_row0 = packed ? r.tile_row0 : nullptr};
+                       .m_tile_row0 = packed ? r.tile_row0 : nullptr,
+                       .expert_tile_start = r.expert_tile_start};
     GroupedGemmArgs down = up;
     down.A = ws.at<void>(h_rows), down.B = a.down_proj, down.D = ws.at<void>(y_rows), down.bias = a.down_bias;
     down.row_scale = ws.at<float>(row_scale), down.N = a.H, down.K = a.I, down.d_f32 = y_f32;

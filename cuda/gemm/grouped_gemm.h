@@ -64,6 +64,9 @@ struct GroupedGemmArgs {
     // rows from expert_row_start[E] (below P) must be written like padding rows (the gather clears them).
     const int32_t* m_tile_row0 = nullptr;
     void* save = nullptr;  // kGateSave: (P, N) dtype, the rows' pre-activations (written where D's rows are)
+    // (E + 1,) first M tile of each expert, [E] = M tiles, or nullptr: the sm_90a kernel's raster groups start at
+    // expert boundaries (sm90_scheduler.cuh); without it they start every group_m M tiles.
+    const int32_t* expert_tile_start = nullptr;
 };
 
 // MOEX_GEMM=portable: the portable kernel for everything it can run (the GPU check runs every test through both).

@@ -120,6 +120,7 @@ bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStrea
     p.expert_row_start = a.expert_row_start;
     p.expert_row_count = a.expert_row_count;
     p.m_tile_row0 = a.m_tile_row0;
+    p.expert_tile_start = a.expert_tile_start;
     p.K = static_cast<int32_t>(K);
     p.E = static_cast<int32_t>(E);
     p.num_n_tiles = static_cast<int32_t>(kGate && a.gate.concatenated ? (N / 2 + 127) / 128 : (N + 255) / 256);

@@ -62,11 +62,12 @@ struct Sm90Params {
     CUtensorMap map_d;  // D (P, N_out): box 128 bytes x 64 rows
     CUtensorMap map_s;  // kGateSave: save as (P, halves, width) (sm90_epilogue.cuh): box 64 columns x 1 x 64 rows
     EpilogueParams epi;
-    const int32_t* m_tile_expert;     // (max_m_tiles,)
-    const int32_t* num_m_tiles;       // (1,)
-    const int32_t* expert_row_start;  // (E + 1,)
-    const int32_t* expert_row_count;  // (E,)
-    const int32_t* m_tile_row0;       // (max_m_tiles,) packed layout: first row of each M tile; nullptr: 128·m
+    const int32_t* m_tile_expert;      // (max_m_tiles,)
+    const int32_t* num_m_tiles;        // (1,)
+    const int32_t* expert_row_start;   // (E + 1,)
+    const int32_t* expert_row_count;   // (E,)
+    const int32_t* m_tile_row0;        // (max_m_tiles,) packed layout: first row of each M tile; nullptr: 128·m
+    const int32_t* expert_tile_start;  // (E + 1,) or nullptr: raster groups aligned to experts (sm90_scheduler.cuh)
     int32_t K, E;
     int32_t num_n_tiles;  // ceil(N / 256); kGate concatenated: ceil(N / 2 / 128)
     int32_t max_m_tiles;
@@ -142,7 +143,8 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
     else
         __syncthreads();
 
-    const TileScheduler sched(p.num_m_tiles, p.max_m_tiles, p.num_n_tiles, p.group_m);
+    const TileScheduler sched(p.num_m_tiles, p.max_m_tiles, p.num_n_tiles, p.group_m, p.m_tile_expert,
+                              p.expert_tile_start, p.E);
     constexpr int32_t kBK = kStageK<kFp8>;
     const int32_t num_kb = (p.K + kBK - 1) / kBK;
     uint32_t stage = 0, phase = 0;
@@ -234,27 +236,28 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
         constexpr uint32_t kBStepK = kBNMajor ? 16 * 128 : 16 * 2;  // bytes per 16-deep K slice of B
         float acc[128];
 
-        // Tile metadata runs one tile ahead: the expert id and first row of the next tile are loaded before this
-        // tile's main loop and its row range before this tile's epilogue, so no dependent global load stalls a tile
-        // start. Packed layout: rows at or past the expert's end (the next expert's) are not stored; past the last
-        // expert's end (rows of no expert, below P) they are, so that every row a later kernel's tile reads is written.
+        // Tile metadata runs one tile ahead: the expert id, first row and N tile of the next tile (its decode reads
+        // device memory with expert-aligned groups) are loaded before this tile's main loop and its row range before
+        // this tile's epilogue, so no dependent global load stalls a tile start. Packed layout: rows at or past the
+        // expert's end (the next expert's) are not stored; past the last expert's end (rows of no expert, below P) they
+        // are, so that every row a later kernel's tile reads is written.
         const bool packed = p.m_tile_row0 != nullptr;
         auto tile_start = [&](int32_t t) {
-            if (t >= sched.total) return make_int2(-1, 0);
-            const int32_t m = sched.decode(t).m;
-            return make_int2(p.m_tile_expert[m], packed ? p.m_tile_row0[m] : m * kBlockM);
+            if (t >= sched.total) return make_int3(-1, 0, 0);
+            const TileCoord c = sched.decode(t);
+            return make_int3(p.m_tile_expert[c.m], packed ? p.m_tile_row0[c.m] : c.m * kBlockM, c.n);
         };
         auto row_end_of = [&](int32_t e) {
             if (static_cast<uint32_t>(e) >= static_cast<uint32_t>(p.E)) return 0;
             const int32_t end = p.expert_row_start[e] + p.expert_row_count[e];
             return packed && end == p.expert_row_start[p.E] ? p.epi.P : end;
         };
-        int2 start = tile_start(blockIdx.x);
+        int3 start = tile_start(blockIdx.x);
         int32_t e = start.x;
         int32_t row_end = row_end_of(e);
         for (int32_t t = blockIdx.x; t < sched.total; t += gridDim.x) {
-            const int2 start_next = tile_start(t + gridDim.x);
-            const TileCoord tile = sched.decode(t);
+            const int3 start_next = tile_start(t + gridDim.x);
+            const TileCoord tile{0, start.z};  // the consumers need its N tile only
             const int32_t row0 = start.y + static_cast<int32_t>(wg) * 64;
             // A warpgroup whose 64 rows are all padding skips its MMAs and its stores (padding is never read).
             const bool active = row0 < row_end;

@@ -1,7 +1,10 @@
 // Static persistent tile schedule of the sm_90a grouped GEMM (host-device: tests/test_sm90_config.cpp walks it): CTA b
 // takes tiles b, b + grid, b + 2·grid, ... Tiles are rasterised in groups of group_m M tiles (M fastest inside a group,
 // then N) so that the CTAs running at the same time share A rows and B columns through L2. The tile count is read from
-// device memory.
+// device memory. With expert_tile_start the groups start at expert boundaries: each expert's M tiles split into groups
+// of at most group_m from its first tile, so the tiles that read one B tile (one expert, one N tile) run next to each
+// other in one group instead of in two groups that straddle the expert (bench/RESULTS.md AN). Group g of M tiles [c0,
+// c1) holds tiles [c0·num_n, c1·num_n): the group of tile t is the one of M tile t / num_n.
 #pragma once
 
 #include <cstdint>
@@ -22,10 +25,15 @@ struct TileScheduler {
     int32_t num_m;    // M tiles to process: *num_m_tiles clamped to [0, max_m_tiles]
     int32_t num_n;    // N tiles
     int32_t total;    // num_m · num_n
-    int32_t group_m;  // M tiles per group
+    int32_t group_m;  // M tiles per group (at most, with expert groups)
+    int32_t E;
+    const int32_t* tile_expert;        // (num_m,) expert of each M tile, ascending
+    const int32_t* expert_tile_start;  // (E + 1,) or nullptr: groups start every group_m M tiles
 
     MOEX_HOST_DEVICE_INLINE TileScheduler(const int32_t* num_m_tiles, int32_t max_m_tiles, int32_t n_tiles,
-                                          int32_t group) {
+                                          int32_t group, const int32_t* m_tile_expert = nullptr,
+                                          const int32_t* tile_starts = nullptr, int32_t experts = 0)
+        : E(experts), tile_expert(m_tile_expert), expert_tile_start(tile_starts) {
         int32_t m = *num_m_tiles;
         m = m < 0 ? 0 : (m > max_m_tiles ? max_m_tiles : m);
         num_m = m;
@@ -35,6 +43,17 @@ struct TileScheduler {
     }
 
     MOEX_HOST_DEVICE_INLINE TileCoord decode(int32_t t) const {
+        if (expert_tile_start != nullptr) {
+            const int32_t mm = t / num_n;  // an M tile of t's group
+            int32_t e = tile_expert[mm];
+            e = e < 0 ? 0 : (e >= E ? E - 1 : e);  // in bounds whatever the routing wrote
+            const int32_t first = expert_tile_start[e], last = expert_tile_start[e + 1];
+            const int32_t end = last < num_m ? last : num_m;
+            const int32_t c0 = mm - (mm - first) % group_m, left = end - c0;
+            const int32_t size = left < 1 ? 1 : (left < group_m ? left : group_m);
+            const int32_t u = t - c0 * num_n;
+            return {c0 + u % size, u / size};
+        }
         const int32_t full_m = num_m - num_m % group_m;  // M tiles in complete groups
         if (t < full_m * num_n) {
             const int32_t span = group_m * num_n;

@@ -27,6 +27,7 @@ RoutingBuffers reserve_routing(Workspace& ws, int64_t S, int64_t E, int32_t alig
     b.tile_expert = ws.reserve_n<int32_t>(b.tiles_bound);
     b.tile_row0 = tile_ranges ? ws.reserve_n<int32_t>(b.tiles_bound) : 0;
     b.tile_nrows = tile_ranges ? ws.reserve_n<int32_t>(b.tiles_bound) : 0;
+    b.expert_tile_start = ws.reserve_n<int32_t>(E + 1);
     b.num_tiles = ws.reserve_n<int32_t>(1);
     b.slot_row = ws.reserve_n<int32_t>(S);
     b.row_slot = ws.reserve_n<int32_t>(b.rows_bound);
@@ -48,6 +49,7 @@ RoutingArgs RoutingBuffers::args(const Workspace& ws, const void* ids, bool ids_
         .tile_expert = ws.at<int32_t>(tile_expert),
         .tile_row0 = tile_ranges ? ws.at<int32_t>(tile_row0) : nullptr,
         .tile_nrows = tile_ranges ? ws.at<int32_t>(tile_nrows) : nullptr,
+        .expert_tile_start = ws.at<int32_t>(expert_tile_start),
         .num_tiles = ws.at<int32_t>(num_tiles),
         .slot_row = ws.at<int32_t>(slot_row),
         .row_slot = ws.at<int32_t>(row_slot),

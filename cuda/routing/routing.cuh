@@ -82,6 +82,7 @@ __device__ void scan_phase(const RoutingArgs& a, Count count, int* cursor) {
             a.expert_count[e] = c;
             a.expert_row_start[e] = rs;
             if (cursor != nullptr) cursor[e] = rs;
+            if (a.expert_tile_start != nullptr) a.expert_tile_start[e] = ts;
             for (int t = 0; t < own.y; ++t) {
                 a.tile_expert[ts + t] = e;
                 if (a.tile_row0 != nullptr) a.tile_row0[ts + t] = rs + t * tr;
@@ -92,6 +93,7 @@ __device__ void scan_phase(const RoutingArgs& a, Count count, int* cursor) {
     if (threadIdx.x == 0) {
         a.expert_row_start[E] = tot.x;
         *a.num_tiles = tot.y;
+        if (a.expert_tile_start != nullptr) a.expert_tile_start[E] = tot.y;
     }
     for (int i = threadIdx.x; i < a.n_zero; i += blockDim.x) a.zero[i] = 0;
 }

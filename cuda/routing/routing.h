@@ -30,17 +30,18 @@ struct RoutingArgs {
     const void* ids;  // (S,) = (T, k) flattened; int32 | int64 (ids_i64); values outside [0, E) are sentinels
     bool ids_i64;
     int64_t S, E;
-    int32_t align;              // each expert's row block starts at a multiple of this (kRowAlign or 1)
-    int32_t tile_rows;          // rows per work tile; either == align or align == 1
-    int32_t* expert_count;      // (E,)     real rows of each expert
-    int32_t* expert_row_start;  // (E + 1,) padded start of each expert block; [E] = rows used
-    int32_t* tile_expert;       // (tiles_bound,) expert of each tile, experts ascending
-    int32_t* tile_row0;         // (tiles_bound,) first row of each tile, or nullptr
-    int32_t* tile_nrows;        // (tiles_bound,) real rows in each tile, or nullptr
-    int32_t* num_tiles;         // (1,)
-    int32_t* slot_row;          // (S,)          padded row of slot s, -1 for a sentinel slot
-    int32_t* row_slot;          // (rows_bound,) slot of row r, -1 for a padding row (rows < expert_row_start[E])
-    int32_t* zero;              // (n_zero,) ints zeroed on the way (arrival counters of later kernels), or nullptr
+    int32_t align;               // each expert's row block starts at a multiple of this (kRowAlign or 1)
+    int32_t tile_rows;           // rows per work tile; either == align or align == 1
+    int32_t* expert_count;       // (E,)     real rows of each expert
+    int32_t* expert_row_start;   // (E + 1,) padded start of each expert block; [E] = rows used
+    int32_t* tile_expert;        // (tiles_bound,) expert of each tile, experts ascending
+    int32_t* tile_row0;          // (tiles_bound,) first row of each tile, or nullptr
+    int32_t* tile_nrows;         // (tiles_bound,) real rows in each tile, or nullptr
+    int32_t* expert_tile_start;  // (E + 1,) first tile of each expert, [E] = tiles (the GEMM's expert-aligned raster)
+    int32_t* num_tiles;          // (1,)
+    int32_t* slot_row;           // (S,)          padded row of slot s, -1 for a sentinel slot
+    int32_t* row_slot;           // (rows_bound,) slot of row r, -1 for a padding row (rows < expert_row_start[E])
+    int32_t* zero;               // (n_zero,) ints zeroed on the way (arrival counters of later kernels), or nullptr
     int32_t n_zero;
     int32_t* scratch;  // (routing_scratch_ints(S, E),)
 };
@@ -52,7 +53,8 @@ struct RoutingBuffers {
     int64_t S, E, rows_bound, tiles_bound;
     int32_t align, tile_rows, n_zero;
     bool tile_ranges;
-    size_t count, row_start, tile_expert, tile_row0, tile_nrows, num_tiles, slot_row, row_slot, scratch, zero;
+    size_t count, row_start, tile_expert, tile_row0, tile_nrows, expert_tile_start, num_tiles, slot_row, row_slot,
+        scratch, zero;
 
     RoutingArgs args(const Workspace& ws, const void* ids, bool ids_i64) const;
 };
