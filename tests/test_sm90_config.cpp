@@ -3,6 +3,7 @@
 // change. Runs without a GPU.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -109,6 +110,45 @@ TEST(Sm90Scheduler, EveryTileOnceAndPairsShareATile) {
             }
         }
         for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << "trial " << trial << " tile " << i;
+    }
+}
+
+// The tile schedule visits every (M tile, N tile) exactly once, with groups every group_m M tiles and with groups
+// aligned to experts (each expert's M tiles from its first, at most group_m a group; experts with no tiles too), and
+// an expert-aligned group never holds two experts' tiles. Random routings, group sizes and N tile counts; the
+// scheduler is the kernel's own code (host-device).
+TEST(Sm90Scheduler, EveryTileOnceAndExpertGroupsHoldOneExpert) {
+    std::mt19937 rng(11);
+    for (int trial = 0; trial < 300; ++trial) {
+        const int32_t E = 1 + int32_t(rng() % 40), num_n = 1 + int32_t(rng() % 17), group = 1 + int32_t(rng() % 9);
+        std::vector<int32_t> starts(size_t(E) + 1, 0), tile_expert;
+        for (int32_t e = 0; e < E; ++e) {
+            const int32_t tiles = rng() % 4 == 0 ? 0 : int32_t(rng() % 12);
+            starts[size_t(e) + 1] = starts[size_t(e)] + tiles;
+            tile_expert.insert(tile_expert.end(), size_t(tiles), e);
+        }
+        const int32_t num_m = starts[size_t(E)];
+        if (num_m == 0) continue;
+        for (const bool experts : {false, true}) {
+            const cuda::sm90::TileScheduler s(&num_m, num_m, num_n, group, tile_expert.data(),
+                                              experts ? starts.data() : nullptr, E);
+            ASSERT_EQ(s.total, num_m * num_n);
+            std::vector<int> seen(size_t(s.total), 0);
+            for (int32_t t = 0; t < s.total; ++t) {
+                const cuda::sm90::TileCoord c = s.decode(t);
+                ASSERT_TRUE(c.m >= 0 && c.m < num_m && c.n >= 0 && c.n < num_n)
+                    << "trial " << trial << " t " << t << " -> (" << c.m << ", " << c.n << ")";
+                ++seen[size_t(c.m) * size_t(num_n) + size_t(c.n)];
+                // The group of t holds t / num_n's M tile: same expert, within group_m M tiles of it.
+                if (experts) {
+                    const int32_t mm = t / num_n;
+                    EXPECT_EQ(tile_expert[size_t(c.m)], tile_expert[size_t(mm)]) << "trial " << trial << " t " << t;
+                    EXPECT_LT(std::abs(c.m - mm), group) << "trial " << trial << " t " << t;
+                }
+            }
+            for (size_t i = 0; i < seen.size(); ++i)
+                ASSERT_EQ(seen[i], 1) << "trial " << trial << " experts " << experts << " tile " << i;
+        }
     }
 }
 #endif
