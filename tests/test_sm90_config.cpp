@@ -39,10 +39,13 @@ TEST(Sm90Config, PrefillPairsCtasAndRastersSixTiles) {
     ASSERT_EQ(ds.why_not, nullptr);
     EXPECT_EQ(ds.cluster_m, 2);
     EXPECT_EQ(ds.group_m, 6);
-    // mixtral-8x7b T = 16384: 4096 rows an expert.
+    EXPECT_TRUE(ds.expert_groups);
+    // mixtral-8x7b T = 16384: 4096 rows an expert (33 tile slots: groups every 6 M tiles, not at expert boundaries).
     const auto mx = cuda::choose_grouped_gemm_sm90_config(up_gemm(16384, 2, 8, 4096, 14336), 132);
     EXPECT_EQ(mx.cluster_m, 2);
     EXPECT_EQ(mx.group_m, 6);
+    EXPECT_FALSE(mx.expert_groups);
+    EXPECT_TRUE(cuda::choose_grouped_gemm_sm90_config(up_gemm(4096, 2, 8, 4096, 14336), 132).expert_groups);
 }
 
 // FP4 weights (the e2m1 codes converted in the kernel): what the kernel refuses, each with its reason, and no CTA

@@ -120,7 +120,7 @@ bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStrea
     p.expert_row_start = a.expert_row_start;
     p.expert_row_count = a.expert_row_count;
     p.m_tile_row0 = a.m_tile_row0;
-    p.expert_tile_start = a.expert_tile_start;
+    p.expert_tile_start = cfg.expert_groups ? a.expert_tile_start : nullptr;
     p.K = static_cast<int32_t>(K);
     p.E = static_cast<int32_t>(E);
     p.num_n_tiles = static_cast<int32_t>(kGate && a.gate.concatenated ? (N / 2 + 127) / 128 : (N + 255) / 256);
@@ -216,10 +216,11 @@ bool launch_grouped_gemm_sm90(const GroupedGemmArgs& args, void* stream) {
     if (!dev.sm90) return false;
     Sm90GemmConfig config = choose_grouped_gemm_sm90_config(args, dev.sm_count);
     if (config.why_not != nullptr) return false;
-    // Tuning sweeps (moex bench, no rebuild): MOEX_SM90_CLUSTER=1|2 and MOEX_SM90_GROUP_M=1..4096 replace the
-    // chooser's cluster and rasterisation group.
+    // Tuning sweeps (moex bench, no rebuild): MOEX_SM90_CLUSTER=1|2, MOEX_SM90_GROUP_M=1..4096 and
+    // MOEX_SM90_EXPERT_GROUPS=0|1 replace the chooser's cluster, rasterisation group and group alignment.
     config.cluster_m = env_int_in("MOEX_SM90_CLUSTER", 1, 2, config.cluster_m);
     config.group_m = env_int_in("MOEX_SM90_GROUP_M", 1, 4096, config.group_m);
+    config.expert_groups = env_int_in("MOEX_SM90_EXPERT_GROUPS", 0, 1, config.expert_groups ? 1 : 0) != 0;
     return launch_checked(args, config, dev, stream);
 }
 

@@ -20,6 +20,7 @@ struct Sm90GemmConfig {
     int32_t cluster_m = 1;          // 2: CTA pairs on adjacent M tiles of one expert share B by TMA multicast
     int32_t group_m = 16;           // M tiles per rasterisation group (tiles run m-fastest inside a group); even
     int32_t max_ctas = 0;           // persistent CTAs; 0: one per SM (cluster 2: as many pairs as can be resident)
+    bool expert_groups = false;     // raster groups start at expert boundaries (args.expert_tile_start, when given)
 };
 
 // Why the sm_90a kernel cannot run these arguments (nullptr: it can). The shape checks live here and only here.
@@ -97,6 +98,11 @@ inline Sm90GemmConfig choose_grouped_gemm_sm90_config(const GroupedGemmArgs& a, 
     // per expert, groups of 6 against 16 on the H200 (bench/RESULTS.md AK3, AK6): deepseek-v3 T = 4096 / 16384 -4.8% /
     // -2.8%, mixtral-8x7b -7.0% / +0.9%, qwen1.5-moe-a2.7b -1.4% / -3.4%, qwen3-30b-a3b -1.1% / -0.6%.
     c.group_m = tiles_per_expert >= 2 ? 6 : 2;
+    // Groups aligned to experts (sm90_scheduler.cuh) keep the tiles that read one B tile together; with up to 16 M
+    // tiles an expert they were faster on one H100 (bench/RESULTS.md AN1: deepseek-v3 T = 4096 -21%, T = 16384 -3%,
+    // qwen3-30b-a3b, qwen1.5-moe-a2.7b, mixtral-8x7b T = 4096 -2 to -4%, the rest within noise); mixtral-8x7b T = 16384
+    // (33 tiles an expert) ran 3-4% slower with them.
+    c.expert_groups = tiles_per_expert <= 16;
     c.max_ctas = 0;
     return c;
 }
