@@ -91,35 +91,44 @@ TEST(Sm90Config, DecodeKeepsOneCtaAndGroupsOfTwo) {
     EXPECT_EQ(c.group_m, 2);
 }
 
-// The tile schedule (the kernel's own host-device code) visits every (M tile, N tile) exactly once, and with an even
-// group (2-CTA clusters) the pair of tiles t, t ^ 1 shares its N tile (B multicast) or, in the last lone M tile, its
-// M tile. Random M / N tile counts and groups.
+// Decodes every tile of s: each in range and each (M tile, N tile) exactly once; check(t, tile) adds a test's own
+// conditions. `what` names the case in failures.
+template <typename Check>
+void expect_every_tile_once(const cuda::sm90::TileScheduler& s, int32_t num_m, int32_t num_n, const std::string& what,
+                            Check check) {
+    ASSERT_EQ(s.total, num_m * num_n) << what;
+    std::vector<int> seen(size_t(s.total), 0);
+    for (int32_t t = 0; t < s.total; ++t) {
+        const cuda::sm90::TileCoord c = s.decode(t);
+        ASSERT_TRUE(c.m >= 0 && c.m < num_m && c.n >= 0 && c.n < num_n)
+            << what << " t " << t << " -> (" << c.m << ", " << c.n << ")";
+        ++seen[size_t(c.m) * size_t(num_n) + size_t(c.n)];
+        check(t, c);
+    }
+    for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << what << " tile " << i;
+}
+
+// With an even group (2-CTA clusters) the pair of tiles t, t ^ 1 shares its N tile (B multicast) or, in the last lone
+// M tile, its M tile. Random M / N tile counts and groups.
 TEST(Sm90Scheduler, EveryTileOnceAndPairsShareATile) {
     std::mt19937 rng(11);
     for (int trial = 0; trial < 400; ++trial) {
         const int32_t num_m = 1 + int32_t(rng() % 70), num_n = 1 + int32_t(rng() % 17);
         const int32_t group = 1 + int32_t(rng() % 17);
         const cuda::sm90::TileScheduler s(&num_m, num_m, num_n, group);
-        ASSERT_EQ(s.total, num_m * num_n);
-        std::vector<int> seen(size_t(s.total), 0);
-        for (int32_t t = 0; t < s.total; ++t) {
-            const cuda::sm90::TileCoord c = s.decode(t);
-            ASSERT_TRUE(c.m >= 0 && c.m < num_m && c.n >= 0 && c.n < num_n)
-                << "trial " << trial << " t " << t << " -> (" << c.m << ", " << c.n << ")";
-            ++seen[size_t(c.m) * size_t(num_n) + size_t(c.n)];
-            if (group % 2 == 0 && t % 2 == 0 && s.peer_alive(t)) {
+        const std::string what = "trial " + std::to_string(trial);
+        expect_every_tile_once(s, num_m, num_n, what, [&](int32_t t, cuda::sm90::TileCoord c) {
+            if (group % 2 == 0 && t % 2 == 0 && t + 1 < s.total) {
                 const cuda::sm90::TileCoord d = s.decode(t + 1);
-                EXPECT_TRUE(c.n == d.n || c.m == d.m) << "trial " << trial << " t " << t;
+                EXPECT_TRUE(c.n == d.n || c.m == d.m) << what << " t " << t;
             }
-        }
-        for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << "trial " << trial << " tile " << i;
+        });
     }
 }
 
-// The tile schedule visits every (M tile, N tile) exactly once, with groups every group_m M tiles and with groups
-// aligned to experts (each expert's M tiles from its first, at most group_m a group; experts with no tiles too), and
-// an expert-aligned group never holds two experts' tiles. Random routings, group sizes and N tile counts; the
-// scheduler is the kernel's own code (host-device).
+// With groups aligned to experts (each expert's M tiles from its first, at most group_m a group; experts with no
+// tiles too) a group never holds two experts' tiles; groups every group_m M tiles too. Random routings, group sizes
+// and N tile counts.
 TEST(Sm90Scheduler, EveryTileOnceAndExpertGroupsHoldOneExpert) {
     std::mt19937 rng(11);
     for (int trial = 0; trial < 300; ++trial) {
@@ -135,22 +144,14 @@ TEST(Sm90Scheduler, EveryTileOnceAndExpertGroupsHoldOneExpert) {
         for (const bool experts : {false, true}) {
             const cuda::sm90::TileScheduler s(&num_m, num_m, num_n, group, tile_expert.data(),
                                               experts ? starts.data() : nullptr, E);
-            ASSERT_EQ(s.total, num_m * num_n);
-            std::vector<int> seen(size_t(s.total), 0);
-            for (int32_t t = 0; t < s.total; ++t) {
-                const cuda::sm90::TileCoord c = s.decode(t);
-                ASSERT_TRUE(c.m >= 0 && c.m < num_m && c.n >= 0 && c.n < num_n)
-                    << "trial " << trial << " t " << t << " -> (" << c.m << ", " << c.n << ")";
-                ++seen[size_t(c.m) * size_t(num_n) + size_t(c.n)];
+            const std::string what = "trial " + std::to_string(trial) + " experts " + std::to_string(experts);
+            expect_every_tile_once(s, num_m, num_n, what, [&](int32_t t, cuda::sm90::TileCoord c) {
                 // The group of t holds t / num_n's M tile: same expert, within group_m M tiles of it.
-                if (experts) {
-                    const int32_t mm = t / num_n;
-                    EXPECT_EQ(tile_expert[size_t(c.m)], tile_expert[size_t(mm)]) << "trial " << trial << " t " << t;
-                    EXPECT_LT(std::abs(c.m - mm), group) << "trial " << trial << " t " << t;
-                }
-            }
-            for (size_t i = 0; i < seen.size(); ++i)
-                ASSERT_EQ(seen[i], 1) << "trial " << trial << " experts " << experts << " tile " << i;
+                if (!experts) return;
+                const int32_t mm = t / num_n;
+                EXPECT_EQ(tile_expert[size_t(c.m)], tile_expert[size_t(mm)]) << what << " t " << t;
+                EXPECT_LT(std::abs(c.m - mm), group) << what << " t " << t;
+            });
         }
     }
 }
