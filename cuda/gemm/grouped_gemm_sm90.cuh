@@ -257,13 +257,13 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
         int32_t row_end = row_end_of(e);
         for (int32_t t = blockIdx.x; t < sched.total; t += gridDim.x) {
             const int3 start_next = tile_start(t + gridDim.x);
-            const TileCoord tile{0, start.z};  // the consumers need its N tile only
+            const int32_t n_tile = start.z;  // the consumers need the tile's N tile only (its rows come in start)
             const int32_t row0 = start.y + static_cast<int32_t>(wg) * 64;
             // A warpgroup whose 64 rows are all padding skips its MMAs and its stores (padding is never read).
             const bool active = row0 < row_end;
             const bool peer = cluster_m > 1 && sched.peer_alive(t);
             TileExtras extras{1.f, 1.f, 0u, 1.f};
-            const int2 halves = b_halves(p, gate_concat, tile.n);
+            const int2 halves = b_halves(p, gate_concat, n_tile);
             const int32_t half0 = halves.x, half1 = halves.y;
             if (active) extras = load_tile_extras<T>(p.epi, th, row0, e, half0, half1);
             if constexpr (kFp4) {
@@ -430,7 +430,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                     for (int i = 0; i < 128; ++i) acc[i] *= extras.es;
                 }
                 epilogue<T, kEpi>(p.epi, &p.map_d, &p.map_s, acc, my_staging, my_bias, buf, th, extras, row0,
-                                  packed ? row_end : p.epi.P, tile.n);
+                                  packed ? row_end : p.epi.P, n_tile);
             }
             start = start_next;
             e = start.x;
