@@ -5,7 +5,8 @@
 #          strips BUILD_DIR's (build) moex, tests/moex_tests, grouped_gemm_sm90_check and weight_grad_sm90_check into
 #          .gpubin/pack/NAME.tar.xz (NAME: new, the default, or before: a build of the commit to compare against).
 #   there: bash scripts/gpu/packed_check.sh run [--steps tests,checks,sanitizer,bench]
-#          with the device tool's carry [".deps", ".gpubin/pack"] (64 MiB in all: two packs of ~15 MB fit).
+#          with the device tool's carry [".deps", ".gpubin/pack"] (64 MiB in all). Packs are xz -9e: moex and
+#          moex_tests share most of their bytes, so a pack is ~8.7 MB (18.5 at tar -J's default level).
 # Steps: tests  moex_tests --gtest_filter=$TEST_FILTER;  checks  the sm_90a GEMMs' own checks;  sanitizer
 # compute-sanitizer memcheck over $SAN_FILTER;  bench  `moex bench $BENCH_ARGS` of new, of before when it was packed
 # (ABBA), and of new under each of $AB_ENV's settings ("NAME=VALUE NAME2=VALUE2", one run each), with
@@ -31,7 +32,7 @@ if [[ $MODE == pack ]]; then
     [[ -x $TMP/moex ]] || { echo "packed_check: no $BUILD/moex (build first)" >&2; exit 1; }
     git -C "$ROOT" describe --always --dirty >"$TMP/PACK_COMMIT"
     mkdir -p "$PACKS"
-    tar -C "$TMP" -cJf "$PACKS/$NAME.tar.xz" .
+    tar -C "$TMP" -cf - . | xz -9e -T0 >"$PACKS/$NAME.tar.xz"
     echo "packed_check: $PACKS/$NAME.tar.xz ($(du -h "$PACKS/$NAME.tar.xz" | cut -f1), $(cat "$TMP/PACK_COMMIT"))"
     exit 0
 fi
