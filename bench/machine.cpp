@@ -145,6 +145,10 @@ using SbgemmFn = void (*)(int, int, int, int, int, int, float, const uint16_t*, 
 using SetThreadsFn = void (*)(int);
 constexpr int kCblasRowMajor = 101, kCblasNoTrans = 111, kCblasTrans = 112;
 
+// Timed runs of each dense GEMM after its warm-up, the best kept: a shared VM's rate moves by a third between runs
+// (bench/RESULTS.md AQ: moex's bf16 2048³ from 310 to 383 GFLOP/s), and with 3 a grouped call often beat the floor.
+constexpr int kGemmTries = 7;
+
 template <class Fn>
 double best_gflops(int64_t n, int tries, Fn fn) {
     auto t0 = std::chrono::steady_clock::now();
@@ -186,8 +190,9 @@ void measure_blas(const Blas& blas, MachineFloor& f, int threads, DType weight_d
     }
     if (set_threads != nullptr) set_threads(threads);
     const int N = int(n);
-    const double g = best_gflops(
-        n, 3, [&] { sgemm(kCblasRowMajor, kCblasNoTrans, kCblasTrans, N, N, N, 1.0f, A, N, B, N, 0.0f, C, N); });
+    const double g = best_gflops(n, kGemmTries, [&] {
+        sgemm(kCblasRowMajor, kCblasNoTrans, kCblasTrans, N, N, N, 1.0f, A, N, B, N, 0.0f, C, N);
+    });
     f.gemms.push_back({fmt::format("{} cblas_sgemm f32", blas.name), g});
     auto bf16 = reinterpret_cast<SbgemmFn>(dlsym(lib, blas.bf16_symbol));
     if (weight_dtype == DType::kBF16 && bf16 != nullptr) {
@@ -196,8 +201,9 @@ void measure_blas(const Blas& blas, MachineFloor& f, int threads, DType weight_d
         common::fill_random(B16.view(), 0.02, 4, common::Distribution::kUniform, threads);
         const auto* a16 = static_cast<const uint16_t*>(A16.data());
         const auto* b16 = static_cast<const uint16_t*>(B16.data());
-        const double g16 = best_gflops(
-            n, 3, [&] { bf16(kCblasRowMajor, kCblasNoTrans, kCblasTrans, N, N, N, 1.0f, a16, N, b16, N, 0.0f, C, N); });
+        const double g16 = best_gflops(n, kGemmTries, [&] {
+            bf16(kCblasRowMajor, kCblasNoTrans, kCblasTrans, N, N, N, 1.0f, a16, N, b16, N, 0.0f, C, N);
+        });
         f.gemms.push_back({fmt::format("{} {} bf16 x bf16", blas.name, blas.bf16_symbol), g16});
     } else if (weight_dtype == DType::kBF16) {
         f.notes.push_back(
@@ -332,7 +338,8 @@ void measure_gemms(MachineFloor& f, int threads, DType weight_dtype, int64_t n) 
         measure_blas(blas, f, threads, weight_dtype, a, static_cast<const float*>(B.data()),
                      static_cast<float*>(C.data()), n);
     float* c = static_cast<float*>(C.data());
-    const double g32 = best_gflops(n, 3, [&] { cpu::dense_gemm(a, B.data(), DType::kF32, c, n, n, n, threads); });
+    const double g32 =
+        best_gflops(n, kGemmTries, [&] { cpu::dense_gemm(a, B.data(), DType::kF32, c, n, n, n, threads); });
     f.gemms.push_back({"moex dense_gemm f32", g32});
     if (weight_dtype != DType::kF32) {
         Tensor B16(weight_dtype, {n, n});
@@ -342,8 +349,8 @@ void measure_gemms(MachineFloor& f, int threads, DType weight_dtype, int64_t n) 
         std::vector<float> a16(a, a + n * n);
         if (weight_dtype == DType::kBF16)
             for (float& v : a16) v = bf16_to_f32(f32_to_bf16(v));
-        const double g16 =
-            best_gflops(n, 3, [&] { cpu::dense_gemm(a16.data(), B16.data(), weight_dtype, c, n, n, n, threads); });
+        const double g16 = best_gflops(
+            n, kGemmTries, [&] { cpu::dense_gemm(a16.data(), B16.data(), weight_dtype, c, n, n, n, threads); });
         f.gemms.push_back({fmt::format("moex dense_gemm {}-weight", dtype_name(weight_dtype)), g16});
     }
     for (size_t i = first; i < f.gemms.size(); ++i) f.gemms[i].what += fmt::format(" {}³", n);

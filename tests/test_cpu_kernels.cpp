@@ -298,8 +298,9 @@ TEST(CpuKernels, AmxDenseGemmSameBitsForAnyThreadCount) {
     }
 }
 
-// MOEX_CPU_KERNELS (tests/CMakeLists.txt reruns tests under each value) selects that table where the CPU has it,
-// avx512_bf16 included (it is never chosen without being asked for); unforced, amx wherever the CPU and OS allow it.
+// MOEX_CPU_KERNELS (tests/CMakeLists.txt reruns tests under each value) selects that table where the CPU has it;
+// unforced, amx wherever the CPU and OS allow it, else avx512_bf16 where vdpbf16ps runs at the FMA's rate, else
+// avx512 (avx512_bf16 only when asked for).
 // The vector f32 -> bf16 conversions give f32_to_bf16's bits: ties to even both ways, the largest finite values (which
 // round to inf), inf, NaNs of either sign and payload (quieted, sign kept), signed zeros, f32 subnormals (kept, where
 // vcvtneps2bf16 would flush them), random values; every length up to 40 for the tails.
@@ -368,8 +369,12 @@ TEST(CpuKernels, ForcedTableIsTheOneThatRuns) {
     const char* force = std::getenv("MOEX_CPU_KERNELS");
     const std::string want = force ? force : "";
     if (want.empty()) {
-        EXPECT_STRNE(kernels().name, "avx512_bf16") << "the vdpbf16ps table is opt-in";
-        if (amx_kernels() != nullptr) EXPECT_EQ(&kernels(), amx_kernels()) << "amx is the default where it runs";
+        if (amx_kernels() != nullptr)
+            EXPECT_EQ(&kernels(), amx_kernels()) << "amx is the default where it runs";
+        else if (avx512_bf16_kernels() != nullptr && vdpbf16ps_at_fma_rate())
+            EXPECT_EQ(&kernels(), avx512_bf16_kernels()) << "vdpbf16ps at the FMA's rate: its tile is the default";
+        else
+            EXPECT_STRNE(kernels().name, "avx512_bf16") << "vdpbf16ps slower than the FMA: its table only when asked";
         return;
     }
     const KernelTable* t = want == "scalar"        ? &scalar_kernels()

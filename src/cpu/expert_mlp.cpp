@@ -105,8 +105,9 @@ std::vector<Bf16Rows> prepare_groups(const CpuProblem& cp, const Routing& r, int
             for (int64_t j = 0; j < m; ++j) ptrs[size_t(j)] = src.scales.row(src.index(r, b + j));
             s = ptrs.data();
         }
-        prepare_bf16_rows(kernels(), a, m, K, use[size_t(i)], base + offset[size_t(i)], prepared[size_t(i)], s,
-                          src.scales.group);
+        if (!prepare_bf16_rows(kernels(), a, m, K, use[size_t(i)], base + offset[size_t(i)], prepared[size_t(i)], s,
+                               src.scales.group))
+            prepared[size_t(i)] = Bf16Rows{};  // some value not a bf16 (or no kernel): the task's f32 kernels
     });
     return prepared;
 }

@@ -95,6 +95,15 @@ void gemm_bf16(const KernelTable& kt, const uint16_t* a16, int64_t lda, int64_t 
     }
 }
 
+// bf16 x bf16 on the vdpbf16ps tile, A's rows converted once (prepare_bf16_rows, RowsFor::kBf16Tile), B in blocks of
+// the packed path's width.
+void gemm_bf16_tile(const KernelTable& kt, const uint16_t* a16, int64_t lda, int64_t m, const WeightMat& b, int64_t n,
+                    float* c, int64_t ldc) {
+    const PackBlock blk = pack_block(b.transposed, kt.mr);
+    for (int64_t n0 = 0; n0 < n; n0 += blk.nc)
+        gemm_bf16(kt, a16, lda, m, b.from_row(n0), n - n0 < blk.nc ? n - n0 : blk.nc, blk.kc, c + n0, ldc);
+}
+
 // Quantized B at small m: decoded in registers by the table's stream_fused, else (tables without one, shapes it does
 // not take) blocks of whole rows dequantized into an f32 buffer that stays in L2, then streamed by the f32 kernel.
 // Either way each output's order is fixed by (K, scale block, layout), whatever the rows or the block.
@@ -137,12 +146,21 @@ bool rows_for(const KernelTable& kt, GemmPath path, int64_t m, const WeightMat& 
         use = b.transposed ? RowsFor::kTiles : RowsFor::kPackedTiles;
         return true;
     }
+    if (path != GemmPath::kStream && kt.micro_bf16 != nullptr && b.dtype == DType::kBF16 && !b.quantized()) {
+        use = RowsFor::kBf16Tile;
+        return true;
+    }
     use = RowsFor::kStream;
     return path == GemmPath::kStream && m == 1 && b.quantized() && kt.stream_quant != nullptr;
 }
 
+// The AMX tiles read whole 16-row tiles past m (amx_padded_rows); the streaming kernel and the vdpbf16ps tile m rows.
+int64_t prepared_rows(int64_t m, RowsFor use) {
+    return use == RowsFor::kStream || use == RowsFor::kBf16Tile ? m : amx_padded_rows(m);
+}
+
 int64_t bf16_rows_floats(int64_t m, int64_t K, RowsFor use, int64_t groups) {
-    const int64_t rows = use == RowsFor::kStream ? m : amx_padded_rows(m), K32 = (K + 31) / 32 * 32;
+    const int64_t rows = prepared_rows(m, use), K32 = (K + 31) / 32 * 32;
     const bool pack = use == RowsFor::kPackedTiles;
     return (rows * amx_lda(K) / 2 + 15) / 16 * 16 + (pack ? rows * K32 / 2 : 0) + (groups * rows + 15) / 16 * 16;
 }
@@ -150,10 +168,10 @@ int64_t bf16_rows_floats(int64_t m, int64_t K, RowsFor use, int64_t groups) {
 bool prepare_bf16_rows(const KernelTable& kt, const float* const* a, int64_t m, int64_t K, RowsFor use, float* buf,
                        Bf16Rows& out, const float* const* scales, int64_t group) {
     const bool pack = use == RowsFor::kPackedTiles;
-    if (kt.rows_bf16 == nullptr || (scales != nullptr && kt.rows_codes == nullptr) ||
+    if (kt.rows_bf16 == nullptr || (scales != nullptr && (kt.rows_codes == nullptr || use == RowsFor::kBf16Tile)) ||
         (pack && kt.pack_b_bf16 == nullptr))
         return false;
-    const int64_t lda = amx_lda(K), rows = use == RowsFor::kStream ? m : amx_padded_rows(m), K32 = (K + 31) / 32 * 32;
+    const int64_t lda = amx_lda(K), rows = prepared_rows(m, use), K32 = (K + 31) / 32 * 32;
     const int64_t packed_at = (rows * lda / 2 + 15) / 16 * 16, scales_at = packed_at + (pack ? rows * K32 / 2 : 0);
     auto* a16 = reinterpret_cast<uint16_t*>(buf);
     out = Bf16Rows{a16, lda, nullptr, {}};
@@ -192,6 +210,8 @@ void gemm_rows(const KernelTable& kt, const float* const* a, int64_t m, const We
         if (r == nullptr &&
             prepare_bf16_rows(kt, a, m, b.K, use, thread_scratch(6, bf16_rows_floats(m, b.K, use)), own))
             r = &own;
+        if (r != nullptr && use == RowsFor::kBf16Tile && r->scales.s == nullptr)
+            return gemm_bf16_tile(kt, r->a16, r->lda, m, b, n, c, ldc);
         if (r != nullptr && path == GemmPath::kStream && kt.stream_quant(r->a16, r->scales, b, n, c)) return;
         if (r != nullptr && path == GemmPath::kAmx && b.quantized() && promotion_block(b, r->scales.group) > 0)
             return kt.gemm_quant(r->a16, r->lda, m, r->scales, b, n, c, ldc, r->packed);
@@ -203,18 +223,6 @@ void gemm_rows(const KernelTable& kt, const float* const* a, int64_t m, const We
     };
     if (path == GemmPath::kStream) return stream();
     const PackBlock blk = pack_block(b.transposed, kt.mr);
-    if (path != GemmPath::kAmx && kt.micro_bf16 && b.dtype == DType::kBF16 && !b.quantized()) {
-        // bf16 x bf16: A's values all bf16 (checked while converting them)
-        const int64_t lda = (b.K + 1) / 2 * 2;
-        auto* a16 = reinterpret_cast<uint16_t*>(thread_scratch(6, m * lda / 2));
-        if (kt.rows_bf16(a, m, b.K, a16, lda)) {
-            for (int64_t n0 = 0; n0 < n; n0 += blk.nc) {
-                const int64_t nb = n - n0 < blk.nc ? n - n0 : blk.nc;
-                gemm_bf16(kt, a16, lda, m, b.from_row(n0), nb, blk.kc, c + n0, ldc);
-            }
-            return;
-        }
-    }
     // Rows that are not all bf16 values: the f32 kernels, the streaming one where config.h would have chosen it.
     const GemmPath f32_path = choose_path(m, b.transposed);
     if (f32_path == GemmPath::kStream) return stream();
@@ -245,11 +253,12 @@ void dense_gemm(const float* A, const void* B, DType b_dtype, float* C, int64_t 
     const bool wide = path == GemmPath::kAmx && tm * ((N + kAmxTaskCols - 1) / kAmxTaskCols) >= threads;
     const int64_t nb = stream ? 64 : wide ? kAmxTaskCols : pack_block(false).nc;
     const int64_t tn = (N + nb - 1) / nb;
-    // AMX: each row block converted once for all its column tasks (as the experts path prepares each expert's rows),
-    // in chunks of 64 rows so that every thread converts.
+    // AMX and the vdpbf16ps tile: each row block converted once for all its column tasks (as the experts path prepares
+    // each expert's rows), in chunks of 64 rows so that every thread converts.
     std::vector<Bf16Rows> prepared;
     thread_local FloatBuffer buf;
-    if (path == GemmPath::kAmx) {
+    RowsFor use = RowsFor::kStream;
+    if (path == GemmPath::kAmx || (rows_for(kernels(), path, M, b, use) && use == RowsFor::kBf16Tile)) {
         const int64_t lda = amx_lda(K), block_floats = amx_padded_rows(kMc) * lda / 2, chunk = 64;
         auto* a16 = reinterpret_cast<uint16_t*>(buf.get(tm * block_floats));
         const int64_t chunks = (M + chunk - 1) / chunk;

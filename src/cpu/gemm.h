@@ -30,10 +30,12 @@ struct Bf16Rows {
     const uint32_t* packed = nullptr;
     RowScales scales;
 };
-// What rows are prepared for: the streaming kernel (m rows), the AMX tiles (padded rows), the weight tiles too.
-enum class RowsFor : uint8_t { kStream, kTiles, kPackedTiles };
+// What rows are prepared for: the streaming kernel (m rows), the AMX tiles (padded rows), the weight tiles too, the
+// vdpbf16ps tile (m rows).
+enum class RowsFor : uint8_t { kStream, kTiles, kPackedTiles, kBf16Tile };
 // The preparation a task of m rows on `path` on kt takes for weights b: the tiles on the AMX path (packed for
-// rows-layout weights), the streaming row of one row against quantized weights where kt has stream_quant; false: none.
+// rows-layout weights), the streaming row of one row against quantized weights where kt has stream_quant, bf16 rows
+// for the vdpbf16ps tile (bf16 weights off the streaming path, where kt has the tile); false: none.
 bool rows_for(const KernelTable& kt, GemmPath path, int64_t m, const WeightMat& b, RowsFor& use);
 // Floats of 64-byte aligned scratch prepare_bf16_rows needs for m rows of K (groups: scale groups per row of rounded
 // activations, 0 for none).
@@ -47,7 +49,8 @@ bool prepare_bf16_rows(const KernelTable& kt, const float* const* a, int64_t m, 
 // C[r*ldc + c] = Σ_k a[r][k]·B(c, k) for r < m, c < n, K = b.K. Single-threaded (a task of the caller).
 // The path (gemm_path) depends on m, the weights' dtype and layout, and whether the rows hold bf16 values only:
 // streaming kernel, direct or packed microkernel, or AMX tiles.
-// prepared: a's rows from prepare_bf16_rows, used where the call takes the AMX path or stream_quant.
+// prepared: a's rows from prepare_bf16_rows, used where the call takes the AMX path, stream_quant or the vdpbf16ps
+// tile.
 void gemm_rows(const float* const* a, int64_t m, const WeightMat& b, int64_t n, float* c, int64_t ldc,
                bool gemv = false, const Bf16Rows* prepared = nullptr);
 // The same on a given kernel table (kernels.h) instead of this CPU's best: the tests compare the tables on one machine.

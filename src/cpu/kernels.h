@@ -1,7 +1,7 @@
 // The CPU kernel table: the few inner loops that the GEMM driver (gemm.cpp) calls, in a portable scalar version
 // (kernels_scalar.cpp), an AVX2+FMA+F16C version (*_avx2.cpp), AVX-512 ones (*_avx512.cpp: the f32 tile, the decode
-// GEMV, an opt-in vdpbf16ps tile) and an AMX-BF16 GEMM (*_amx.cpp), chosen once at run time by cpuid and the OS or set
-// by MOEX_CPU_KERNELS=scalar|avx2|avx512|avx512_bf16|amx. Every kernel's float order is fixed by (K, layout) alone.
+// GEMV, a vdpbf16ps tile) and an AMX-BF16 GEMM (*_amx.cpp), chosen once at run time by cpuid and the OS or set by
+// MOEX_CPU_KERNELS=scalar|avx2|avx512|avx512_bf16|amx. Every kernel's float order is fixed by (K, layout) alone.
 #pragma once
 
 #include <cstdint>
@@ -113,6 +113,10 @@ const KernelTable& scalar_kernels();       // portable (any CPU)
 const KernelTable* avx2_kernels();         // null when the CPU lacks AVX2, FMA or F16C
 const KernelTable* avx512_kernels();       // null when it also lacks AVX-512 F, BW, VL, DQ or VBMI
 const KernelTable* avx512_bf16_kernels();  // null when it also lacks AVX512_BF16
+// Whether this CPU's vdpbf16ps issues as fast as its vfmadd231ps, so that the vdpbf16ps tile doubles the f32 tile's
+// bf16 products per second: AMD's (Zen 4 on) yes, Intel's no (kernels_scalar.cpp says what was measured). Without
+// AMX, kernels() picks avx512_bf16 over avx512 where this holds.
+bool vdpbf16ps_at_fma_rate();
 // The avx512 table with bf16 x bf16 GEMMs on AMX tiles: null without AMX-TILE + AMX-BF16, or when the OS refuses the
 // tile state (Linux: arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA); amx_why_not() says which).
 const KernelTable* amx_kernels();

@@ -151,8 +151,8 @@ const KernelTable* avx512_kernels() {
 #endif
 }
 
-// The AVX-512 table plus the vdpbf16ps tile for bf16 weights against bf16-valued rows (other bits than f32's).
-// Only by MOEX_CPU_KERNELS=avx512_bf16 (kernels() says why).
+// The AVX-512 table plus the vdpbf16ps tile for bf16 weights against bf16-valued rows (other bits than f32's): the
+// default on CPUs without AMX whose vdpbf16ps runs at the FMA's rate, else by MOEX_CPU_KERNELS=avx512_bf16.
 const KernelTable* avx512_bf16_kernels() {
 #if defined(__x86_64__) || defined(__i386__)
     static const bool ok = avx512_kernels() && __builtin_cpu_supports("avx512bf16");
@@ -210,11 +210,23 @@ const KernelTable* amx_kernels() {
     return amx_why_not() == nullptr ? &table : nullptr;
 }
 
+// vdpbf16ps (32 bf16 products a zmm) against vfmadd231ps (16 f32 ones): on the 2-core Xeon with AVX-512 BF16 of
+// bench/RESULTS.md M it issues 1.3 G/s against 5.2 G/s (its pairs give half the f32 tile's products per second); on
+// the Zen 4 EPYC of RESULTS AQ the vdpbf16ps tile runs bf16 prefill 1.6-2.3x faster than the f32 tile. By vendor, not
+// by a timing at start-up, so that a process's bits never depend on how loaded the machine was when it started.
+bool vdpbf16ps_at_fma_rate() {
+#if defined(__x86_64__) || defined(__i386__)
+    static const bool amd = __builtin_cpu_is("amd") && __builtin_cpu_supports("avx512bf16");
+    return amd;
+#else
+    return false;
+#endif
+}
+
 // MOEX_CPU_KERNELS=scalar|avx2|avx512|amx caps the table at that one (to test each on one machine, or compare them); a
 // table this CPU lacks gives the best one below it, so amx (the default where the CPU and the OS allow it) falls back
-// to avx512. avx512_bf16 opts into the vdpbf16ps tile, never chosen by itself: on the Xeon of bench/RESULTS.md M
-// vdpbf16ps issues 1.3 G/s against 5.2 G/s for vfmadd231ps, so its bf16 pairs give half the AVX-512 f32 tile's
-// products per second there.
+// to avx512. Without AMX, avx512_bf16 is the default where vdpbf16ps runs at the FMA's rate (vdpbf16ps_at_fma_rate),
+// else it is taken only when asked for.
 const KernelTable& kernels() {
     static const KernelTable* best = [] {
         const char* env = std::getenv("MOEX_CPU_KERNELS");
@@ -222,6 +234,7 @@ const KernelTable& kernels() {
         if (force == "scalar") return &kScalarTable;
         const KernelTable* t = force == "avx512_bf16" ? avx512_bf16_kernels() : nullptr;
         if (t == nullptr && force != "avx2" && force != "avx512") t = amx_kernels();
+        if (t == nullptr && force != "avx2" && force != "avx512" && vdpbf16ps_at_fma_rate()) t = avx512_bf16_kernels();
         if (t == nullptr && force != "avx2") t = avx512_kernels();
         if (t == nullptr) t = avx2_kernels();
         return t ? t : &kScalarTable;
