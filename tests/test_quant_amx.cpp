@@ -290,8 +290,21 @@ std::vector<float> stream_quant(const cpu::KernelTable& t, const Rows& x, int64_
     EXPECT_TRUE(cpu::prepare_bf16_rows(t, &row, 1, w.K, cpu::RowsFor::kStream, buf.data(), prepared,
                                        x.group ? &scales : nullptr, x.group));
     std::vector<float> c(size_t(n), std::numeric_limits<float>::quiet_NaN());  // poisoned
-    const bool ok = t.stream_quant(prepared.a16, prepared.scales, w, n, c.data());
+    const bool ok = t.stream_quant(prepared.a16, prepared.lda, 1, prepared.scales, w, n, c.data(), n);
     if (ran != nullptr) *ran = ok;
+    return c;
+}
+
+// All m rows of x through stream_quant at once, prepared as the experts path prepares a group's rows; (m, n).
+std::vector<float> stream_quant_rows(const cpu::KernelTable& t, const Rows& x, const cpu::WeightMat& w, int64_t n) {
+    std::vector<const float*> rows(size_t(x.m)), scales(size_t(x.m));
+    for (int64_t r = 0; r < x.m; ++r) rows[size_t(r)] = x.row(r), scales[size_t(r)] = x.scales(r);
+    std::vector<float> buf(size_t(cpu::bf16_rows_floats(x.m, w.K, cpu::RowsFor::kStream, x.groups) + 16));
+    cpu::Bf16Rows prepared;
+    EXPECT_TRUE(cpu::prepare_bf16_rows(t, rows.data(), x.m, w.K, cpu::RowsFor::kStream, buf.data(), prepared,
+                                       x.group ? scales.data() : nullptr, x.group));
+    std::vector<float> c(size_t(x.m * n), std::numeric_limits<float>::quiet_NaN());  // poisoned
+    EXPECT_TRUE(t.stream_quant(prepared.a16, prepared.lda, x.m, prepared.scales, w, n, c.data(), n));
     return c;
 }
 
@@ -336,6 +349,35 @@ TEST(QuantStreamBf16, Fp8NearFloat64AndTheSameBitsForAnyColumns) {
     const Rows y(1, 160, 0, 3);
     stream_quant(*t, y, 0, QuantWeights(64, 160, kQSchemes[3], 1).w(), 32, &ran);
     EXPECT_FALSE(ran) << "K 160";
+}
+
+// Several rows at once (the avx512_bf16 table where vdpbf16ps runs at the FMA's rate: chunks of 4 rows against 2 rows
+// of B) give each row's one-row bits, for every row count up to 9 (two whole chunks and a tail), bf16 and rounded
+// rows, and tails of B; gemm_rows takes it for those rows.
+TEST(QuantStreamBf16, SeveralRowsGiveEachRowsBits) {
+    const cpu::KernelTable* t = cpu::avx512_bf16_kernels();
+    if (t == nullptr || t->stream_quant_rows < 2) GTEST_SKIP() << "no table gives stream_quant several rows here";
+    const QScheme& s = kQSchemes[0];
+    ASSERT_EQ(s.format, QuantFormat::kFp8);
+    const int64_t K = 512, n = 141;
+    const QuantWeights qw(256, K, s, 5);
+    const cpu::WeightMat w = qw.w().from_row(3);
+    for (bool rounded : {false, true})
+        for (int64_t m = 1; m <= 9; ++m) {
+            const std::string what = "m " + std::to_string(m) + (rounded ? " rounded" : "");
+            const Rows x(m, K, rounded ? (s.block_k > 0 ? s.block_k : K) : 0, 21);
+            const std::vector<float> c = stream_quant_rows(*t, x, w, n);
+            for (int64_t r = 0; r < m; ++r) {
+                const std::vector<float> one = stream_quant(*t, x, r, w, n);
+                EXPECT_EQ(std::memcmp(one.data(), c.data() + r * n, size_t(n) * 4), 0) << what << " row " << r;
+            }
+            if (rounded) continue;
+            std::vector<const float*> rows(static_cast<size_t>(m));
+            for (int64_t r = 0; r < m; ++r) rows[size_t(r)] = x.row(r);
+            std::vector<float> g(size_t(m * n), std::numeric_limits<float>::quiet_NaN());
+            cpu::gemm_rows(*t, rows.data(), m, w, n, g.data(), n);
+            EXPECT_EQ(std::memcmp(g.data(), c.data(), size_t(m * n) * 4), 0) << what << " gemm_rows";
+        }
 }
 
 // Every e4m3 code (subnormals, both zeros) comes out exactly (one-hot rows pick single weights), a NaN code makes its

@@ -1,10 +1,9 @@
 // The CPU's quantized decode GEMVs alone, one thread: the f32 route (the table's stream_fused) against the decode
-// GEMV on vdpbf16ps (stream_quant), on FP8 weights with 128 x 128 float scales, MXFP4 (UE8M0 per 32) or NVFP4 (e4m3
-// per 16 and a global), from
-// L2 (one matrix read again and again) and from DRAM (matrices of a large set in turn). Prints the weight bytes read
-// per second of each (0, "refused", where a kernel does not take the problem).
-// On a table without stream_quant (AVX2) only the f32 route is timed.
-// Usage: moex_quant_gemv_micro [K=2048] [n=768] [m=1] [set_mib=1024] [seconds=1] [fp8|mxfp4|nvfp4]
+// GEMV on vdpbf16ps (stream_quant: all m rows at once where the table gives it that many, else row by row), on FP8
+// weights with 128 x 128 float scales, MXFP4 (UE8M0 per 32) or NVFP4 (e4m3 per 16 and a global), from L2 (one matrix
+// read again and again) and from DRAM (matrices of a large set in turn). Prints the weight bytes read per second of
+// each (0, "refused", where a kernel does not take the problem). On a table without stream_quant (AVX2) only the f32
+// route is timed. Usage: moex_quant_gemv_micro [K=2048] [n=768] [m=1] [set_mib=1024] [seconds=1] [fp8|mxfp4|nvfp4]
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -84,10 +83,12 @@ int main(int argc, char** argv) {
     auto f32 = [&](int64_t i) { return kt.stream_fused(rows.data(), m, weights(i), n, c.data(), n); };
     auto bf16 = [&](int64_t i) {
         if (kt.stream_quant == nullptr) return false;  // no vdpbf16ps (the AVX2 table)
+        if (m <= kt.stream_quant_rows)                 // all rows at once, as the GEMMs give them
+            return kt.stream_quant(prepared.a16, prepared.lda, m, prepared.scales, weights(i), n, c.data(), n);
         bool ok = true;
         for (int64_t r = 0; r < m; ++r)
-            ok = ok &&
-                 kt.stream_quant(prepared.a16 + r * prepared.lda, prepared.scales, weights(i), n, c.data() + r * n);
+            ok = ok && kt.stream_quant(prepared.a16 + r * prepared.lda, prepared.lda, 1, prepared.scales, weights(i), n,
+                                       c.data() + r * n, n);
         return ok;
     };
     const bool f32_ok = f32(0), bf16_ok = bf16(0);

@@ -69,11 +69,17 @@ inline constexpr int64_t kAmxWeightTilePrefetchMaxRowBytes = 8192;
 // 122, qwen3-30b-a3b T = 256 76-88 -> 55, decode (T = 1, 8) unchanged; from 4 within the noise of 8, from 2 mixtral
 // T = 8 +10%, from 1 every decode point +15-25%.
 inline constexpr int64_t kAmxFromRows = 8;
+// The same for the vdpbf16ps tile where vdpbf16ps runs at the FMA's rate (the avx512_bf16 table's
+// tile_bf16_from_rows; elsewhere bf16 tasks stay on the GEMV up to stream_max_rows). Zen 4 EPYC, 2 threads, from 4 / 8
+// / 16 / 25 (25: the GEMV up to 24 rows) alternated three times (bench/RESULTS.md AQ6), ms: mixtral-8x7b T = 64 (16
+// rows an expert) 223-232 / 224-229 / 237-248 / 273-292, T = 32 (8) 174-181 / 146-154 / 150-151 / 147-154;
+// qwen3-30b-a3b T = 256 (16) 119-121 / 120-123 / 112-115 / 122-128, T = 128 (8) 95-98 / 76-84 / 69-72 / 67-68.
+inline constexpr int64_t kBf16TileFromRows = 16;
 // The same for quantized weights (the amx table's gemm_quant_from_rows): below it the AVX-512 GEMV decodes the codes
-// in registers (stream_fused; FP8 against one row: stream_quant). Dev Xeon, 2 threads (bench/RESULTS.md U2), ms from 8
-// / 16 / 25 rows (25: never below the GEMV's 24): FP8 qwen3-30b-a3b T = 256 (16 rows an expert) 71 / 91 / 134, T = 128
-// (8) 67 / 72 / 83, mixtral-8x7b T = 32 (8) 144 / 153 / 169; MXFP4 alike; from 4 rows qwen3 T = 64 and 96 lost 3-17%
-// to 8.
+// in registers (stream_fused; FP8 against one row, or up to 24 where vdpbf16ps runs at the FMA's rate: stream_quant).
+// Dev Xeon, 2 threads (bench/RESULTS.md U2), ms from 8 / 16 / 25 rows (25: never below the GEMV's 24): FP8
+// qwen3-30b-a3b T = 256 (16 rows an expert) 71 / 91 / 134, T = 128 (8) 67 / 72 / 83, mixtral-8x7b T = 32 (8) 144 / 153
+// / 169; MXFP4 alike; from 4 rows qwen3 T = 64 and 96 lost 3-17% to 8.
 inline constexpr int64_t kAmxQuantFromRows = 8;
 // bf16 rows that AMX tiles load (A's rows, decoded weight panels): a multiple of 32 k (whole tiles) and an odd number
 // of 64-byte lines apart, so the 16 rows of a tile load fall in 16 different L1 sets (a power-of-two stride, K = 2048

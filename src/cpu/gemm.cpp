@@ -133,8 +133,11 @@ GemmPath gemm_path(const KernelTable& kt, int64_t m, const WeightMat& b, bool ge
     if (b.quantized()) {
         if (kt.gemm_quant == nullptr || promotion_block(b, 0) == 0) return path;
         from_rows = kt.gemm_quant_from_rows;
+    } else if (kt.gemm_bf16 == nullptr || b.dtype != DType::kBF16) {
+        const bool tile = kt.micro_bf16 != nullptr && kt.tile_bf16_from_rows > 0 && b.dtype == DType::kBF16 &&
+                          !b.transposed && !gemv && m >= kt.tile_bf16_from_rows;
+        return path == GemmPath::kStream && tile ? GemmPath::kPacked : path;
     } else {
-        if (kt.gemm_bf16 == nullptr || b.dtype != DType::kBF16) return path;
         from_rows = kt.gemm_bf16_from_rows;
     }
     if (path == GemmPath::kStream) return !gemv && m >= from_rows ? GemmPath::kAmx : path;
@@ -151,7 +154,7 @@ bool rows_for(const KernelTable& kt, GemmPath path, int64_t m, const WeightMat& 
         return true;
     }
     use = RowsFor::kStream;
-    return path == GemmPath::kStream && m == 1 && b.quantized() && kt.stream_quant != nullptr;
+    return path == GemmPath::kStream && m <= kt.stream_quant_rows && b.quantized() && kt.stream_quant != nullptr;
 }
 
 // The AMX tiles read whole 16-row tiles past m (amx_padded_rows); the streaming kernel and the vdpbf16ps tile m rows.
@@ -212,7 +215,8 @@ void gemm_rows(const KernelTable& kt, const float* const* a, int64_t m, const We
             r = &own;
         if (r != nullptr && use == RowsFor::kBf16Tile && r->scales.s == nullptr)
             return gemm_bf16_tile(kt, r->a16, r->lda, m, b, n, c, ldc);
-        if (r != nullptr && path == GemmPath::kStream && kt.stream_quant(r->a16, r->scales, b, n, c)) return;
+        if (r != nullptr && path == GemmPath::kStream && kt.stream_quant(r->a16, r->lda, m, r->scales, b, n, c, ldc))
+            return;
         if (r != nullptr && path == GemmPath::kAmx && b.quantized() && promotion_block(b, r->scales.group) > 0)
             return kt.gemm_quant(r->a16, r->lda, m, r->scales, b, n, c, ldc, r->packed);
         if (r != nullptr && path == GemmPath::kAmx && !b.quantized() && r->scales.s == nullptr)

@@ -78,12 +78,16 @@ struct KernelTable {
     // depend on (K, the scales' blocks) only: the same for any task or row split.
     void (*gemm_quant)(const uint16_t* a, int64_t lda, int64_t m, const RowScales& rs, const WeightMat& b, int64_t n,
                        float* c, int64_t ldc, const uint32_t* packed);
-    // FP8 B (rows layout) against one row of A on vdpbf16ps (null in tables without AVX512_BF16): c[j] = a·B(j) for
-    // j < n with a as gemm_quant takes its rows (bf16 values, or codes times rs) readable up to K, the codes decoded to
-    // bf16 in registers, each k block of promotion_block(b, rs.group) summed from zero and added into the f32 total
-    // times (weight scale x row scale) (stream_quant_avx512.cpp). Each element's bits depend on (K, the scales'
-    // blocks) only. Returns false for what it does not cover (FP4, transposed, K or the block not a multiple of 64).
-    bool (*stream_quant)(const uint16_t* a, const RowScales& rs, const WeightMat& b, int64_t n, float* c);
+    // FP8 B (rows layout) against m rows of A on vdpbf16ps (null in tables without AVX512_BF16): c[i*ldc + j] =
+    // a_i·B(j) for i < m, j < n with A as gemm_quant takes its rows (bf16 values, or codes times rs; row i at a +
+    // i*lda) readable up to K, the codes decoded to bf16 in registers, each k block of promotion_block(b, rs.group)
+    // summed from zero and added into the f32 total times (weight scale x row scale) (stream_quant_avx512.cpp). Each
+    // element's bits depend on (K, the scales' blocks) only. Returns false for what it does not cover (FP4,
+    // transposed, K or the block not a multiple of 64, more than 24 rows). The GEMMs give it up to stream_quant_rows
+    // rows: 1 where vdpbf16ps is slower than the FMA (from two rows the f32 route is faster there), else 24.
+    bool (*stream_quant)(const uint16_t* a, int64_t lda, int64_t m, const RowScales& rs, const WeightMat& b, int64_t n,
+                         float* c, int64_t ldc);
+    int64_t stream_quant_rows;
     // Rounded activation rows (act_quant.h) taken apart for gemm_quant and stream_quant: dst[r * ldd + k] = a[r][k] /
     // s[r][k / group] as a bf16 (zero past K up to ldd), st[g * ldst + r] = s[r][g]; false when some value is not
     // exactly that code times its scale (the caller then runs the f32 kernels).
@@ -94,6 +98,10 @@ struct KernelTable {
     int64_t gemm_bf16_from_rows;
     // Tables with gemm_quant: quantized tasks of at least this many rows take it (MOEX_CPU_AMX_QUANT_FROM_ROWS).
     int64_t gemm_quant_from_rows;
+    // Tables with micro_bf16: bf16 x bf16 tasks (rows layout, not batched_mm's lone GEMVs) of at least this many rows
+    // take the packed vdpbf16ps tile rather than the streaming GEMV; 0: only past stream_max_rows
+    // (MOEX_CPU_BF16_TILE_FROM_ROWS sets it for tuning).
+    int64_t tile_bf16_from_rows;
 };
 
 // The k block of gemm_quant's and stream_quant's promotion for quantized B against rows scaled per `row_group` k values

@@ -28,7 +28,8 @@ void micro_bf16_avx512(const uint16_t* a, int64_t lda, int mr, int64_t k0, const
 // vdpbf16ps (stream_quant_avx512.cpp).
 bool rows_codes_avx512(const float* const* a, const float* const* s, int64_t m, int64_t K, int64_t group, uint16_t* dst,
                        int64_t ldd, float* st, int64_t ldst);
-bool stream_quant_avx512(const uint16_t* a, const RowScales& rs, const WeightMat& b, int64_t n, float* c);
+bool stream_quant_avx512(const uint16_t* a, int64_t lda, int64_t m, const RowScales& rs, const WeightMat& b, int64_t n,
+                         float* c, int64_t ldc);
 void round_e4m3_avx512(const float* src, float* dst, int64_t n, float q, bool divide, float s);  // act_quant_avx512.cpp
 float abs_max_avx512(const float* src, int64_t n);
 // The AMX kernels (gemm_amx.cpp), called only after the checks below.
@@ -142,24 +143,8 @@ const KernelTable* avx512_kernels() {
         t.round_e4m3 = round_e4m3_avx512, t.abs_max = abs_max_avx512, t.to_bf16 = to_bf16_avx512;
         t.outer_bf16 = outer_bf16_avx512;
         if (__builtin_cpu_supports("avx512bf16"))  // FP8 decode on vdpbf16ps (Cooper Lake, Sapphire Rapids, Zen 4)
-            t.rows_bf16 = rows_bf16_avx512, t.rows_codes = rows_codes_avx512, t.stream_quant = stream_quant_avx512;
-        return t;
-    }();
-    return ok ? &table : nullptr;
-#else
-    return nullptr;
-#endif
-}
-
-// The AVX-512 table plus the vdpbf16ps tile for bf16 weights against bf16-valued rows (other bits than f32's): the
-// default on CPUs without AMX whose vdpbf16ps runs at the FMA's rate, else by MOEX_CPU_KERNELS=avx512_bf16.
-const KernelTable* avx512_bf16_kernels() {
-#if defined(__x86_64__) || defined(__i386__)
-    static const bool ok = avx512_kernels() && __builtin_cpu_supports("avx512bf16");
-    static const KernelTable table = [] {  // built on any CPU (the statics run first): never from a null table
-        KernelTable t = avx512_kernels() ? *avx512_kernels() : kScalarTable;
-        t.name = "avx512_bf16";
-        t.rows_bf16 = rows_bf16_avx512, t.pack_b_bf16 = pack_b_bf16_avx512, t.micro_bf16 = micro_bf16_avx512;
+            t.rows_bf16 = rows_bf16_avx512, t.rows_codes = rows_codes_avx512, t.stream_quant = stream_quant_avx512,
+            t.stream_quant_rows = 1;
         return t;
     }();
     return ok ? &table : nullptr;
@@ -177,6 +162,27 @@ int64_t rows_from_env(const char* name, int64_t fallback) {
 }
 
 }  // namespace
+
+// The AVX-512 table plus the vdpbf16ps tile for bf16 weights against bf16-valued rows (other bits than f32's): the
+// default on CPUs without AMX whose vdpbf16ps runs at the FMA's rate, else by MOEX_CPU_KERNELS=avx512_bf16.
+const KernelTable* avx512_bf16_kernels() {
+#if defined(__x86_64__) || defined(__i386__)
+    static const bool ok = avx512_kernels() && __builtin_cpu_supports("avx512bf16");
+    static const KernelTable table = [] {  // built on any CPU (the statics run first): never from a null table
+        KernelTable t = avx512_kernels() ? *avx512_kernels() : kScalarTable;
+        t.name = "avx512_bf16";
+        t.rows_bf16 = rows_bf16_avx512, t.pack_b_bf16 = pack_b_bf16_avx512, t.micro_bf16 = micro_bf16_avx512;
+        if (vdpbf16ps_at_fma_rate()) {  // the FP8 decode GEMV for a few rows too; bf16 tasks leave the GEMV sooner
+            t.stream_quant_rows = 24;
+            t.tile_bf16_from_rows = rows_from_env("MOEX_CPU_BF16_TILE_FROM_ROWS", kBf16TileFromRows);
+        }
+        return t;
+    }();
+    return ok ? &table : nullptr;
+#else
+    return nullptr;
+#endif
+}
 
 const char* amx_why_not() {
 #if defined(__x86_64__)

@@ -1,6 +1,6 @@
-// The decode GEMV of FP8 weights against one row of A on vdpbf16ps (the kernel table's stream_quant, on CPUs with
-// AVX512_BF16): the row as bf16 values or as e4m3 codes with per-group scales (gemm.h Bf16Rows), B's e4m3 codes
-// decoded to bf16 in registers and summed against it 32 products per instruction, each scale block's f32 sum then
+// The decode GEMV of FP8 weights against a few rows of A on vdpbf16ps (the kernel table's stream_quant, on CPUs with
+// AVX512_BF16): the rows as bf16 values or as e4m3 codes with per-group scales (gemm.h Bf16Rows), B's e4m3 codes
+// decoded to bf16 in registers and summed against them 32 products per instruction, each scale block's f32 sum then
 // promoted into the total times (weight scale x row scale), as the AMX GEMM and DeepGEMM do.
 //
 // Why: the f32 route (stream_fused_avx512.cpp) decodes 16 codes into f32 lanes, then scales and multiplies each
@@ -10,14 +10,16 @@
 // decodes 16 GB/s of FP8 from L2 this way against 13 by the f32 route, two processes read 11.7-12.2 GB/s each from
 // DRAM (8 adjacent rows per tile: 9.4-10.5; the f32 route 8.7-9.0), and the T = 1 experts call of qwen3-30b-a3b runs
 // in 1.78-2.05 ms against 2.43-2.92. Both vpermi2b and vdpbf16ps issue once per 2 cycles there (vfmadd231ps twice per
-// cycle), so from two rows of A on the f32 route's fmas cost less (mixtral-8x7b T = 8: 67 against 80 ms):
-// this kernel takes one row only.
+// cycle), so from two rows of A on the f32 route's fmas cost less (mixtral-8x7b T = 8: 67 against 80 ms): the tables
+// give it one row only there. Where vdpbf16ps issues at the FMA's rate (AMD's Zen 4: kernels.h vdpbf16ps_at_fma_rate)
+// the avx512_bf16 table gives it up to kMaxRows rows, each decode of 64 codes serving up to 4 rows of A
+// (bench/RESULTS.md AQ: FP8 decode at T = 8 was slower than bf16's on the f32 route there).
 //
 // Exact where it can be: every e4m3 code is a bf16 (subnormals m x 2^-9 included, NaN as a quiet NaN), the products
 // of two bf16 are exact in f32; a block's sum rounds in vdpbf16ps's pair order, lane by lane, from zero. Bits: each
 // output is Σ over the promotion blocks in k order of fma(block sum, w_scale·row_scale, total), then a fixed lane sum,
-// so tiles and threads never change them (they differ from the f32 route's and the AMX tiles' by rounding only). As
-// on AMX, vdpbf16ps reads bf16 subnormal activations as zero.
+// so tiles, rows per call and threads never change them (they differ from the f32 route's and the AMX tiles' by
+// rounding only). As on AMX, vdpbf16ps reads bf16 subnormal activations as zero.
 // GCC 12 warns inside its own AVX-512 intrinsics (their _mm512_undefined_* operands), not about this file.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -35,8 +37,11 @@ namespace {
 
 #define MOEX_BF16 __attribute__((target("avx512bf16")))
 
-constexpr int kTileRows = 8;     // rows of B per tile: 8 block sums and 8 totals in zmm beside the tables and A
-constexpr int kMaxBlocks = 512;  // promotion blocks per row a tile keeps (K / block); more: the f32 route
+constexpr int kTileRows = 8;      // rows of B per tile against one row of A: 8 block sums and 8 totals in zmm
+constexpr int kPairRows = 2;      // rows of B per tile against several: 2 x kChunk sums and totals, kChunk A pairs
+constexpr int kChunk = 4;         // rows of A a tile runs at once (the tile's B rows reread from L1 for the next 4)
+constexpr int kMaxBlocks = 512;   // promotion blocks per row a tile keeps (K / block); more: the f32 route
+constexpr int64_t kMaxRows = 24;  // the streaming path's most rows (config.h stream_max_rows)
 // Prefetch distance: each stream fetches the same bytes of a row a whole number of rows further on, at least kAhead
 // bytes over all kTileRows streams, into L2 (2-32 KiB measured within the noise, bench/RESULTS.md V2).
 constexpr int64_t kAhead = 8192;
@@ -82,39 +87,88 @@ struct Tile {
     int stored;
 };
 
-// kTileRows rows of B against the row a, tile row r's output at c[r * ldc] (K a multiple of the promotion block pb, pb
-// of 64) whose scale of group g (of `group` k) is as[g * asld], or bf16 values (as null): each row's sum per block in
-// 16 lanes, from zero, promoted.
-MOEX_BF16 void fp8_tile(const Fp8Tables& tref, const uint16_t* a, const float* as, int64_t asld, int64_t group,
-                        const Tile& t, int64_t K, int64_t pb, float* c, int64_t ldc) {
+// NB rows of B against MB rows of A (row i at a + i * lda, permuted by permuted_rows), the output of tile row r and A
+// row i at c[r * ldc + i * ldm] (K a multiple of the promotion block pb, pb of 64); A row i's scale of group g (of
+// `group` k) is as[g * asld + i], or bf16 values (as null): each output's sum per block in 16 lanes, from zero,
+// promoted.
+template <int NB, int MB>
+MOEX_BF16 void fp8_tile(const Fp8Tables& tref, const uint16_t* a, int64_t lda, const float* as, int64_t asld,
+                        int64_t group, const Tile& t, int64_t K, int64_t pb, float* c, int64_t ldc, int64_t ldm) {
     const Fp8Tables tb = tref;  // in registers
-    __m512 tot[kTileRows];
+    __m512 tot[NB][MB];
 #pragma GCC unroll 8
-    for (int nb = 0; nb < kTileRows; ++nb) tot[nb] = _mm512_setzero_ps();
+    for (int nb = 0; nb < NB; ++nb)
+#pragma GCC unroll 4
+        for (int mb = 0; mb < MB; ++mb) tot[nb][mb] = _mm512_setzero_ps();
     for (int64_t k0 = 0, blk = 0; k0 < K; k0 += pb, ++blk) {
-        __m512 sum[kTileRows];
+        __m512 sum[NB][MB];
 #pragma GCC unroll 8
-        for (int nb = 0; nb < kTileRows; ++nb) sum[nb] = _mm512_setzero_ps();
+        for (int nb = 0; nb < NB; ++nb)
+#pragma GCC unroll 4
+            for (int mb = 0; mb < MB; ++mb) sum[nb][mb] = _mm512_setzero_ps();
         for (int64_t k = k0; k < k0 + pb; k += 64) {
-            __m512i a0, a1;
-            a_pair(a + k, a0, a1);
+            __m512i a0[MB], a1[MB];
+#pragma GCC unroll 4
+            for (int mb = 0; mb < MB; ++mb) {
+                a0[mb] = _mm512_loadu_si512(a + mb * lda + k);
+                a1[mb] = _mm512_loadu_si512(a + mb * lda + k + 32);
+            }
 #pragma GCC unroll 8
-            for (int nb = 0; nb < kTileRows; ++nb) {
+            for (int nb = 0; nb < NB; ++nb) {
                 _mm_prefetch(reinterpret_cast<const char*>(t.row[nb] + t.ahead + k), _MM_HINT_T1);
                 __m512i w0, w1;
                 decode64(tb, _mm512_loadu_si512(t.row[nb] + k), w0, w1);
-                sum[nb] = _mm512_dpbf16_ps(sum[nb], (__m512bh)w0, (__m512bh)a0);
-                sum[nb] = _mm512_dpbf16_ps(sum[nb], (__m512bh)w1, (__m512bh)a1);
+#pragma GCC unroll 4
+                for (int mb = 0; mb < MB; ++mb) {
+                    sum[nb][mb] = _mm512_dpbf16_ps(sum[nb][mb], (__m512bh)w0, (__m512bh)a0[mb]);
+                    sum[nb][mb] = _mm512_dpbf16_ps(sum[nb][mb], (__m512bh)w1, (__m512bh)a1[mb]);
+                }
             }
         }
-        const float rs = as != nullptr ? as[(k0 / group) * asld] : 1.0f;
+#pragma GCC unroll 4
+        for (int mb = 0; mb < MB; ++mb) {
+            const float rs = as != nullptr ? as[(k0 / group) * asld + mb] : 1.0f;
 #pragma GCC unroll 8
-        for (int nb = 0; nb < kTileRows; ++nb)
-            tot[nb] = _mm512_fmadd_ps(sum[nb], _mm512_set1_ps(t.ws[nb][blk] * rs), tot[nb]);
+            for (int nb = 0; nb < NB; ++nb)
+                tot[nb][mb] = _mm512_fmadd_ps(sum[nb][mb], _mm512_set1_ps(t.ws[nb][blk] * rs), tot[nb][mb]);
+        }
     }
 #pragma GCC unroll 8
-    for (int nb = 0; nb < kTileRows; ++nb)
-        if (nb < t.stored) c[nb * ldc] = _mm512_reduce_add_ps(tot[nb]);
+    for (int nb = 0; nb < NB; ++nb)
+#pragma GCC unroll 4
+        for (int mb = 0; mb < MB; ++mb)
+            if (nb < t.stored) c[nb * ldc + mb * ldm] = _mm512_reduce_add_ps(tot[nb][mb]);
+}
+
+// One tile of NB rows of B against all m rows of A, kChunk at a time (the B rows hit L1 after the first chunk).
+template <int NB>
+void fp8_rows(const Fp8Tables& tables, const uint16_t* a, int64_t lda, int64_t m, const RowScales& rs, const Tile& t,
+              int64_t K, int64_t pb, float* c, int64_t ldc, int64_t ldm) {
+    for (int64_t i = 0; i < m; i += kChunk) {
+        const uint16_t* ai = a + i * lda;
+        const float* as = rs.s != nullptr ? rs.s + i : nullptr;
+        float* ci = c + i * ldm;
+        switch (m - i < kChunk ? m - i : kChunk) {
+            case 1: fp8_tile<NB, 1>(tables, ai, lda, as, rs.ld, rs.group, t, K, pb, ci, ldc, ldm); break;
+            case 2: fp8_tile<NB, 2>(tables, ai, lda, as, rs.ld, rs.group, t, K, pb, ci, ldc, ldm); break;
+            case 3: fp8_tile<NB, 3>(tables, ai, lda, as, rs.ld, rs.group, t, K, pb, ci, ldc, ldm); break;
+            default: fp8_tile<NB, kChunk>(tables, ai, lda, as, rs.ld, rs.group, t, K, pb, ci, ldc, ldm); break;
+        }
+    }
+}
+
+// A's m rows in decode64's order, once per call rather than once per tile and k step (the tiles read them against
+// every row of B): per 64 k, a_pair's a0 then a1. Thread scratch slot 4 (K values a row).
+const uint16_t* permuted_rows(const uint16_t* a, int64_t lda, int64_t m, int64_t K) {
+    auto* p = reinterpret_cast<uint16_t*>(thread_scratch(4, m * K / 2));
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t k = 0; k < K; k += 64) {
+            __m512i a0, a1;
+            a_pair(a + i * lda + k, a0, a1);
+            _mm512_storeu_si512(p + i * K + k, a0);
+            _mm512_storeu_si512(p + i * K + k + 32, a1);
+        }
+    return p;
 }
 
 // A stream's weight scales per promotion block (scale x global) for the scale row it last met.
@@ -136,27 +190,39 @@ inline void set_row(const WeightMat& b, int64_t row, int r, int64_t pb, StreamSc
 
 }  // namespace
 
-// The n rows of B are kTileRows runs of s = n / kTileRows rows and tile j takes row j of every run, so each run is
-// read in order from its start to its end while the others are: kTileRows sequential streams far apart, as the bf16
-// decode GEMV reads (stream_avx2.cpp). The n - kTileRows·s rows left go in one tile (its last row repeated).
-bool stream_quant_avx512(const uint16_t* a, const RowScales& rs, const WeightMat& b, int64_t n, float* c) {
-    if (b.q.format != QuantFormat::kFp8 || b.transposed || b.K % 64 != 0) return false;
+// The n rows of B are NB runs of s = n / NB rows and tile j takes row j of every run, so each run is read in order
+// from its start to its end while the others are: NB sequential streams far apart, as the bf16 decode GEMV reads
+// (stream_avx2.cpp). The n - NB·s rows left go in one tile (its last row repeated). One row of A: kTileRows streams;
+// more: kPairRows.
+template <int NB>
+void stream_tiles(const uint16_t* a, int64_t lda, int64_t m, const RowScales& rs, const WeightMat& b, int64_t pb,
+                  int64_t n, float* c, int64_t ldc) {
+    static const Fp8Tables tables = fp8_tables();
+    StreamScales ss[NB];
+    Tile t;
+    const int64_t s = n / NB;
+    t.ahead = b.ld * (kAhead / (NB * b.ld) + 1), t.stored = NB;
+    for (int64_t j = 0; j < s; ++j) {
+        for (int r = 0; r < NB; ++r) set_row(b, r * s + j, r, pb, ss[r], t);
+        fp8_rows<NB>(tables, a, lda, m, rs, t, b.K, pb, c + j, s, ldc);
+    }
+    const int64_t left = n - NB * s;
+    if (left == 0) return;
+    for (int r = 0; r < NB; ++r) set_row(b, NB * s + (r < left ? r : left - 1), r, pb, ss[r], t);
+    t.stored = int(left);
+    fp8_rows<NB>(tables, a, lda, m, rs, t, b.K, pb, c + NB * s, 1, ldc);
+}
+
+bool stream_quant_avx512(const uint16_t* a, int64_t lda, int64_t m, const RowScales& rs, const WeightMat& b, int64_t n,
+                         float* c, int64_t ldc) {
+    if (b.q.format != QuantFormat::kFp8 || b.transposed || b.K % 64 != 0 || m < 1 || m > kMaxRows) return false;
     const int64_t pb = promotion_block(b, rs.s != nullptr ? rs.group : 0);
     if (pb == 0 || pb % 64 != 0 || b.K / pb > kMaxBlocks) return false;
-    static const Fp8Tables tables = fp8_tables();
-    StreamScales ss[kTileRows];
-    Tile t;
-    const int64_t s = n / kTileRows;
-    t.ahead = b.ld * (kAhead / (kTileRows * b.ld) + 1), t.stored = kTileRows;
-    for (int64_t j = 0; j < s; ++j) {
-        for (int r = 0; r < kTileRows; ++r) set_row(b, r * s + j, r, pb, ss[r], t);
-        fp8_tile(tables, a, rs.s, rs.ld, rs.group, t, b.K, pb, c + j, s);
-    }
-    const int64_t left = n - kTileRows * s;
-    if (left == 0) return true;
-    for (int r = 0; r < kTileRows; ++r) set_row(b, kTileRows * s + (r < left ? r : left - 1), r, pb, ss[r], t);
-    t.stored = int(left);
-    fp8_tile(tables, a, rs.s, rs.ld, rs.group, t, b.K, pb, c + kTileRows * s, 1);
+    const uint16_t* ap = permuted_rows(a, lda, m, b.K);
+    if (m == 1)
+        stream_tiles<kTileRows>(ap, b.K, 1, rs, b, pb, n, c, ldc);
+    else
+        stream_tiles<kPairRows>(ap, b.K, m, rs, b, pb, n, c, ldc);
     return true;
 }
 
