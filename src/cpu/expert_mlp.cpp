@@ -72,10 +72,10 @@ struct RowSource {
     const float* row(const Routing& r, int64_t i) const { return base + index(r, i) * ld; }
 };
 
-// The bf16 rows of each group whose path takes them (the AMX tiles, the FP8 decode GEMV), prepared once for all its
-// tasks (gemm.h Bf16Rows: one conversion to bf16, one packing for the weight tiles, instead of one per GEMM call: an
-// up task of mixtral-8x7b's 14,336-wide I alone made 56 calls on each expert's rows). Indexed by g - g0; a16 null
-// where the group takes none.
+// The bf16 rows of each group whose path takes them (the AMX tiles, the vdpbf16ps tile, the FP8 decode GEMV on
+// vdpbf16ps), prepared once for all its tasks (gemm.h Bf16Rows: one conversion to bf16, one packing for the weight
+// tiles, instead of one per GEMM call: an up task of mixtral-8x7b's 14,336-wide I alone made 56 calls on each expert's
+// rows). Indexed by g - g0; a16 null where the group takes none.
 std::vector<Bf16Rows> prepare_groups(const CpuProblem& cp, const Routing& r, int64_t g0, int64_t g1, bool up,
                                      const RowSource& src, int threads) {
     thread_local FloatBuffer buf;

@@ -43,7 +43,7 @@ constexpr int kChunk = 4;         // rows of A a tile runs at once (the tile's B
 constexpr int kMaxBlocks = 512;   // promotion blocks per row a tile keeps (K / block); more: the f32 route
 constexpr int64_t kMaxRows = 24;  // the streaming path's most rows (config.h stream_max_rows)
 // Prefetch distance: each stream fetches the same bytes of a row a whole number of rows further on, at least kAhead
-// bytes over all kTileRows streams, into L2 (2-32 KiB measured within the noise, bench/RESULTS.md V2).
+// bytes over all the tile's streams, into L2 (2-32 KiB measured within the noise, bench/RESULTS.md V2).
 constexpr int64_t kAhead = 8192;
 
 // The bf16 of each e4m3 magnitude (codes 0-127) as two 128-byte tables, its high bytes and its low bytes, each in two
