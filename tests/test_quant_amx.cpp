@@ -1,9 +1,10 @@
-// Quantized weights on the AMX tiles (src/cpu/gemm_quant_amx.cpp), the FP8 decode GEMV on vdpbf16ps
-// (src/cpu/stream_quant_avx512.cpp) and the AVX-512 activation rounding (src/cpu/act_quant_avx512.cpp): every FP8 /
-// FP4 scheme against the float64 product of the dequantized weights, every e4m3 code and e2m1 code x scale decoded
-// exactly, the same bits for any row split, column split and k blocking, rows that are not codes x scales refused, and
-// the rounding's bits equal to the scalar codecs'. The AMX and vdpbf16ps tests skip themselves where the CPU or the OS
-// lacks them (the backends' tests run the kernels end to end: test_quant.cpp).
+// Quantized weights on the AMX tiles (src/cpu/gemm_quant_amx.cpp) and on the vdpbf16ps tile
+// (src/cpu/gemm_quant_avx512.cpp: the avx512_bf16 table's where vdpbf16ps runs at the FMA's rate), the FP8 decode GEMV
+// on vdpbf16ps (src/cpu/stream_quant_avx512.cpp) and the AVX-512 activation rounding (src/cpu/act_quant_avx512.cpp):
+// every FP8 / FP4 scheme against the float64 product of the dequantized weights, every e4m3 code and e2m1 code x scale
+// decoded exactly, the same bits for any row split, column split and k blocking, rows that are not codes x scales
+// refused, and the rounding's bits equal to the scalar codecs'. The AMX and vdpbf16ps tests skip themselves where the
+// CPU or the OS lacks them (the backends' tests run the kernels end to end: test_quant.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -133,9 +134,19 @@ Rows one_hot_rows(int64_t K) {
     return x;
 }
 
-// C (m, n) of rows [r0, r1) through gemm_rows on the amx table with the rows prepared as the experts path does.
-std::vector<float> amx_gemm(const Rows& x, int64_t r0, int64_t r1, const cpu::WeightMat& w, int64_t n) {
-    const cpu::KernelTable& t = *cpu::amx_kernels();
+// The tables here with a whole-task quantized GEMM (gemm_quant): amx where the CPU and OS allow it, avx512_bf16 where
+// vdpbf16ps runs at the FMA's rate.
+std::vector<const cpu::KernelTable*> quant_gemm_tables() {
+    std::vector<const cpu::KernelTable*> out;
+    if (cpu::amx_kernels() != nullptr) out.push_back(cpu::amx_kernels());
+    const cpu::KernelTable* bf16 = cpu::avx512_bf16_kernels();
+    if (bf16 != nullptr && bf16->gemm_quant != nullptr) out.push_back(bf16);
+    return out;
+}
+
+// C (m, n) of rows [r0, r1) through gemm_rows on table t with the rows prepared as the experts path does.
+std::vector<float> tile_gemm(const cpu::KernelTable& t, const Rows& x, int64_t r0, int64_t r1, const cpu::WeightMat& w,
+                             int64_t n) {
     const int64_t m = r1 - r0;
     std::vector<const float*> rows, scales;
     for (int64_t r = r0; r < r1; ++r) rows.push_back(x.row(r)), scales.push_back(x.scales(r));
@@ -152,103 +163,119 @@ std::vector<float> amx_gemm(const Rows& x, int64_t r0, int64_t r1, const cpu::We
 // Every scheme, with bf16 rows and (FP8) rows rounded per block_k (or all of K), at row counts of one and several
 // 32-row blocks and tails, against float64 on the dequantized weights; whole against split rows and columns bit for
 // bit. K 2048 at 400 rows takes two k blocks of the packed rows, each half one.
-TEST(QuantAmx, GemmNearFloat64AndTheSameBitsForAnySplit) {
-    if (amx_skip()) GTEST_SKIP() << amx_skip();
-    const cpu::KernelTable& t = *cpu::amx_kernels();
-    struct Shape {
-        int64_t m, n, K;
-    };
-    for (const QScheme& s : kQSchemes)
-        for (const Shape sh : {Shape{37, 160, 384}, Shape{8, 70, 256}, Shape{100, 96, 512}, Shape{400, 64, 2048}})
-            for (bool rounded : {false, true}) {
-                if (rounded && s.format != QuantFormat::kFp8) continue;
-                const QuantWeights qw(256, sh.K, s, 11);      // I = 128: the down projection divides too
-                const cpu::WeightMat w = qw.w().from_row(3);  // off the scale rows' boundaries
-                const int64_t n = std::min<int64_t>(sh.n, 150), m = sh.m;
-                const std::string what = std::string(s.name) + " m=" + std::to_string(m) +
-                                         " K=" + std::to_string(sh.K) + (rounded ? " rounded" : " bf16");
-                ASSERT_EQ(cpu::gemm_path(t, m, w), cpu::GemmPath::kAmx) << what;
-                const Rows x(m, sh.K, rounded ? (s.block_k > 0 ? s.block_k : sh.K) : 0, 5);
-                const std::vector<float> c = amx_gemm(x, 0, m, w, n);
-                const std::vector<float> d = qw.dequantized(n + 3);
-                int64_t far = 0;
-                for (int64_t r = 0; r < m; ++r)
-                    for (int64_t j = 0; j < n; ++j) far += !near_float64(d, j + 3, x, r, c[size_t(r * n + j)]);
-                EXPECT_EQ(far, 0) << what;
-                // rows in two parts (each still on the tiles), and columns from an odd offset: the same bits
-                const int64_t half = m / 2 + 1;
-                if (m - half >= t.gemm_quant_from_rows) {
-                    std::vector<float> parts = amx_gemm(x, 0, half, w, n);
-                    const std::vector<float> rest = amx_gemm(x, half, m, w, n);
-                    parts.insert(parts.end(), rest.begin(), rest.end());
-                    EXPECT_EQ(std::memcmp(parts.data(), c.data(), c.size() * 4), 0) << what << " row split";
+TEST(QuantTiles, GemmNearFloat64AndTheSameBitsForAnySplit) {
+    const auto tables = quant_gemm_tables();
+    if (tables.empty()) GTEST_SKIP() << "no quantized GEMM on tiles here: " << amx_skip();
+    for (const cpu::KernelTable* tp : tables) {
+        const cpu::KernelTable& t = *tp;
+        SCOPED_TRACE(t.name);
+        struct Shape {
+            int64_t m, n, K;
+        };
+        for (const QScheme& s : kQSchemes)
+            for (const Shape sh : {Shape{37, 160, 384}, Shape{8, 70, 256}, Shape{100, 96, 512}, Shape{400, 64, 2048}})
+                for (bool rounded : {false, true}) {
+                    if (rounded && s.format != QuantFormat::kFp8) continue;
+                    const QuantWeights qw(256, sh.K, s, 11);      // I = 128: the down projection divides too
+                    const cpu::WeightMat w = qw.w().from_row(3);  // off the scale rows' boundaries
+                    const int64_t n = std::min<int64_t>(sh.n, 150), m = sh.m;
+                    const std::string what = std::string(s.name) + " m=" + std::to_string(m) +
+                                             " K=" + std::to_string(sh.K) + (rounded ? " rounded" : " bf16");
+                    if (m < t.gemm_quant_from_rows) continue;  // the decode GEMV's rows on this table
+                    ASSERT_EQ(cpu::gemm_path(t, m, w), cpu::GemmPath::kAmx) << what;
+                    const Rows x(m, sh.K, rounded ? (s.block_k > 0 ? s.block_k : sh.K) : 0, 5);
+                    const std::vector<float> c = tile_gemm(t, x, 0, m, w, n);
+                    const std::vector<float> d = qw.dequantized(n + 3);
+                    int64_t far = 0;
+                    for (int64_t r = 0; r < m; ++r)
+                        for (int64_t j = 0; j < n; ++j) far += !near_float64(d, j + 3, x, r, c[size_t(r * n + j)]);
+                    EXPECT_EQ(far, 0) << what;
+                    // rows in two parts (each still on the tiles), and columns from an odd offset: the same bits
+                    const int64_t half = m / 2 + 1;
+                    if (m - half >= t.gemm_quant_from_rows) {
+                        std::vector<float> parts = tile_gemm(t, x, 0, half, w, n);
+                        const std::vector<float> rest = tile_gemm(t, x, half, m, w, n);
+                        parts.insert(parts.end(), rest.begin(), rest.end());
+                        EXPECT_EQ(std::memcmp(parts.data(), c.data(), c.size() * 4), 0) << what << " row split";
+                    }
+                    const std::vector<float> cols = tile_gemm(t, x, 0, m, w.from_row(5), n - 5);
+                    int64_t differ = 0;
+                    for (int64_t r = 0; r < m; ++r)
+                        differ +=
+                            std::memcmp(&cols[size_t(r * (n - 5))], &c[size_t(r * n + 5)], size_t(n - 5) * 4) != 0;
+                    EXPECT_EQ(differ, 0) << what << " column split";
                 }
-                const std::vector<float> cols = amx_gemm(x, 0, m, w.from_row(5), n - 5);
-                int64_t differ = 0;
-                for (int64_t r = 0; r < m; ++r)
-                    differ += std::memcmp(&cols[size_t(r * (n - 5))], &c[size_t(r * n + 5)], size_t(n - 5) * 4) != 0;
-                EXPECT_EQ(differ, 0) << what << " column split";
-            }
+    }
 }
 
 // Every e4m3 code (NaN included) and every e2m1 code times MXFP4 / NVFP4 scales comes out of the panels exactly:
 // one-hot rows pick single weights, so C holds the decoded values themselves (a -0 weight as +0: a sum with +0
 // products).
-TEST(QuantAmx, EveryCodeDecodesExactly) {
-    if (amx_skip()) GTEST_SKIP() << amx_skip();
-    const int64_t K = 256, m = K, n = 3;
-    const Rows x = one_hot_rows(K);
-    const EveryFp8Code f8(n, K, 0xff);
-    std::vector<float> c = amx_gemm(x, 0, m, f8.w, n);
-    for (int64_t j = 0; j < n; ++j)
-        for (int64_t k = 0; k < K; ++k) EXPECT_TRUE(f8.decodes(j, k, c[size_t(k * n + j)]));
-    // FP4: bytes (k / 2 + 5 j) mod 256, so each row sees every pair of codes; MXFP4 ue8m0 and NVFP4 e4m3 scales
-    std::vector<uint8_t> packed(size_t(n * K / 2)), ue8m0(size_t(n * K / 32)), e4m3(size_t(n * K / 16));
-    for (int64_t j = 0; j < n; ++j)
-        for (int64_t i = 0; i < K / 2; ++i) packed[size_t(j * K / 2 + i)] = uint8_t((i + 5 * j) & 255);
-    for (size_t i = 0; i < ue8m0.size(); ++i) ue8m0[i] = uint8_t(100 + 3 * i);        // 2^-27 .. 2^43
-    for (size_t i = 0; i < e4m3.size(); ++i) e4m3[i] = uint8_t(1 + (11 * i) % 0x7e);  // subnormal to 448
-    for (bool nv : {false, true}) {
-        cpu::WeightMat f{packed.data(), DType::kU8, false, K / 2, K};
-        f.q = nv ? cpu::WeightQuant{QuantFormat::kNvfp4, e4m3.data(), DType::kFP8E4M3, K / 16, 1, 16, 0, 0.75f}
-                 : cpu::WeightQuant{QuantFormat::kMxfp4, ue8m0.data(), DType::kUE8M0, K / 32, 1, 32, 0, 1.0f};
-        c = amx_gemm(x, 0, m, f, n);
+TEST(QuantTiles, EveryCodeDecodesExactly) {
+    const auto tables = quant_gemm_tables();
+    if (tables.empty()) GTEST_SKIP() << "no quantized GEMM on tiles here: " << amx_skip();
+    for (const cpu::KernelTable* tp : tables) {
+        const cpu::KernelTable& t = *tp;
+        SCOPED_TRACE(t.name);
+        const int64_t K = 256, m = K, n = 3;
+        const Rows x = one_hot_rows(K);
+        const EveryFp8Code f8(n, K, 0xff);
+        std::vector<float> c = tile_gemm(t, x, 0, m, f8.w, n);
         for (int64_t j = 0; j < n; ++j)
-            for (int64_t k = 0; k < K; ++k) {
-                const uint8_t byte = packed[size_t(j * K / 2 + k / 2)];
-                const float code = fp4e2m1_to_f32((k & 1) ? byte >> 4 : byte & 15);
-                const float scale = nv ? fp8e4m3_to_f32(e4m3[size_t(j * K / 16 + k / 16)])
-                                       : ue8m0_to_f32(ue8m0[size_t(j * K / 32 + k / 32)]);
-                const float want = code * scale * f.q.global, got = c[size_t(k * n + j)];  // code x scale is exact
-                EXPECT_EQ(got, want) << (nv ? "nvfp4" : "mxfp4") << " j=" << j << " k=" << k << ": " << got << " want "
-                                     << want;
-            }
+            for (int64_t k = 0; k < K; ++k) EXPECT_TRUE(f8.decodes(j, k, c[size_t(k * n + j)]));
+        // FP4: bytes (k / 2 + 5 j) mod 256, so each row sees every pair of codes; MXFP4 ue8m0 and NVFP4 e4m3 scales
+        std::vector<uint8_t> packed(size_t(n * K / 2)), ue8m0(size_t(n * K / 32)), e4m3(size_t(n * K / 16));
+        for (int64_t j = 0; j < n; ++j)
+            for (int64_t i = 0; i < K / 2; ++i) packed[size_t(j * K / 2 + i)] = uint8_t((i + 5 * j) & 255);
+        for (size_t i = 0; i < ue8m0.size(); ++i) ue8m0[i] = uint8_t(100 + 3 * i);        // 2^-27 .. 2^43
+        for (size_t i = 0; i < e4m3.size(); ++i) e4m3[i] = uint8_t(1 + (11 * i) % 0x7e);  // subnormal to 448
+        for (bool nv : {false, true}) {
+            cpu::WeightMat f{packed.data(), DType::kU8, false, K / 2, K};
+            f.q = nv ? cpu::WeightQuant{QuantFormat::kNvfp4, e4m3.data(), DType::kFP8E4M3, K / 16, 1, 16, 0, 0.75f}
+                     : cpu::WeightQuant{QuantFormat::kMxfp4, ue8m0.data(), DType::kUE8M0, K / 32, 1, 32, 0, 1.0f};
+            c = tile_gemm(t, x, 0, m, f, n);
+            for (int64_t j = 0; j < n; ++j)
+                for (int64_t k = 0; k < K; ++k) {
+                    const uint8_t byte = packed[size_t(j * K / 2 + k / 2)];
+                    const float code = fp4e2m1_to_f32((k & 1) ? byte >> 4 : byte & 15);
+                    const float scale = nv ? fp8e4m3_to_f32(e4m3[size_t(j * K / 16 + k / 16)])
+                                           : ue8m0_to_f32(ue8m0[size_t(j * K / 32 + k / 32)]);
+                    const float want = code * scale * f.q.global, got = c[size_t(k * n + j)];  // code x scale is exact
+                    EXPECT_EQ(got, want) << (nv ? "nvfp4" : "mxfp4") << " j=" << j << " k=" << k << ": " << got
+                                         << " want " << want;
+                }
+        }
     }
 }
 
 // MXFP4 scales at the ends of the range: the panels add the scale's exponent where every nonzero weight stays a normal
 // bf16 (2^-125 .. 2^125) and multiply in f32 elsewhere; both give code x scale exactly, and a weight below 2^-126 (a
 // scale of 2^-127 or 2^-126) reads as zero on the tiles, as every bf16 subnormal does.
-TEST(QuantAmx, Mxfp4ScalesAtTheRangeEndsDecodeExactly) {
-    if (amx_skip()) GTEST_SKIP() << amx_skip();
-    const uint8_t edges[] = {0, 1, 2, 3, 126, 127, 128, 250, 251, 252};  // 2^-127 .. 2^125
-    const int64_t blocks = int64_t(sizeof(edges)), K = 32 * blocks, m = K, n = 2;
-    const Rows x = one_hot_rows(K);
-    std::vector<uint8_t> packed(size_t(n * K / 2)), ue8m0(size_t(n * blocks));
-    for (int64_t i = 0; i < n * K / 2; ++i) packed[size_t(i)] = uint8_t((i * 7 + 3) & 255);
-    for (int64_t j = 0; j < n; ++j)
-        for (int64_t b = 0; b < blocks; ++b) ue8m0[size_t(j * blocks + b)] = edges[(b + j) % blocks];
-    cpu::WeightMat f{packed.data(), DType::kU8, false, K / 2, K};
-    f.q = cpu::WeightQuant{QuantFormat::kMxfp4, ue8m0.data(), DType::kUE8M0, blocks, 1, 32, 0, 1.0f};
-    const std::vector<float> c = amx_gemm(x, 0, m, f, n);
-    for (int64_t j = 0; j < n; ++j)
-        for (int64_t k = 0; k < K; ++k) {
-            const uint8_t byte = packed[size_t(j * K / 2 + k / 2)];
-            const float want =
-                fp4e2m1_to_f32((k & 1) ? byte >> 4 : byte & 15) * ue8m0_to_f32(ue8m0[size_t(j * blocks + k / 32)]);
-            const float got = c[size_t(k * n + j)];
-            EXPECT_EQ(got, std::fabs(want) < 0x1.0p-126f ? 0.0f : want) << "j=" << j << " k=" << k;
-        }
+TEST(QuantTiles, Mxfp4ScalesAtTheRangeEndsDecodeExactly) {
+    const auto tables = quant_gemm_tables();
+    if (tables.empty()) GTEST_SKIP() << "no quantized GEMM on tiles here: " << amx_skip();
+    for (const cpu::KernelTable* tp : tables) {
+        const cpu::KernelTable& t = *tp;
+        SCOPED_TRACE(t.name);
+        const uint8_t edges[] = {0, 1, 2, 3, 126, 127, 128, 250, 251, 252};  // 2^-127 .. 2^125
+        const int64_t blocks = int64_t(sizeof(edges)), K = 32 * blocks, m = K, n = 2;
+        const Rows x = one_hot_rows(K);
+        std::vector<uint8_t> packed(size_t(n * K / 2)), ue8m0(size_t(n * blocks));
+        for (int64_t i = 0; i < n * K / 2; ++i) packed[size_t(i)] = uint8_t((i * 7 + 3) & 255);
+        for (int64_t j = 0; j < n; ++j)
+            for (int64_t b = 0; b < blocks; ++b) ue8m0[size_t(j * blocks + b)] = edges[(b + j) % blocks];
+        cpu::WeightMat f{packed.data(), DType::kU8, false, K / 2, K};
+        f.q = cpu::WeightQuant{QuantFormat::kMxfp4, ue8m0.data(), DType::kUE8M0, blocks, 1, 32, 0, 1.0f};
+        const std::vector<float> c = tile_gemm(t, x, 0, m, f, n);
+        for (int64_t j = 0; j < n; ++j)
+            for (int64_t k = 0; k < K; ++k) {
+                const uint8_t byte = packed[size_t(j * K / 2 + k / 2)];
+                const float want =
+                    fp4e2m1_to_f32((k & 1) ? byte >> 4 : byte & 15) * ue8m0_to_f32(ue8m0[size_t(j * blocks + k / 32)]);
+                const float got = c[size_t(k * n + j)];
+                EXPECT_EQ(got, std::fabs(want) < 0x1.0p-126f ? 0.0f : want) << "j=" << j << " k=" << k;
+            }
+    }
 }
 
 // Rows whose values are not their codes times the given scales are refused (the f32 kernels then run them).

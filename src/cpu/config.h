@@ -12,7 +12,8 @@ namespace moex::cpu {
 //           core, bf16: m flop per byte) time is the weights' bytes, and packing them would only add work.
 //  kDirect: transposed weights only: the 6x16 microkernel reads B in place (16 contiguous columns per k).
 //  kPacked: B widened and packed into 16-wide panels, the 6x16 microkernel (~80% of the fma peak measured).
-//  kAmx:    bf16 B against bf16-valued rows on AMX tiles (the amx table only; gemm.h gemm_path says when).
+//  kAmx:    the table's whole-task GEMM on bf16 rows: AMX tiles (the amx table), or quantized B on the vdpbf16ps
+//           tile (the avx512_bf16 table where vdpbf16ps runs at the FMA's rate; gemm.h gemm_path says when).
 enum class GemmPath : uint8_t { kStream, kDirect, kPacked, kAmx };
 
 // Rows layout: the streaming kernel measured ahead of the packed one up to 24 rows, behind from 32 (AVX2 and AVX-512
@@ -75,6 +76,11 @@ inline constexpr int64_t kAmxFromRows = 8;
 // rows an expert) 223-232 / 224-229 / 237-248 / 273-292, T = 32 (8) 174-181 / 146-154 / 150-151 / 147-154;
 // qwen3-30b-a3b T = 256 (16) 119-121 / 120-123 / 112-115 / 122-128, T = 128 (8) 95-98 / 76-84 / 69-72 / 67-68.
 inline constexpr int64_t kBf16TileFromRows = 16;
+// Quantized tasks of this many rows leave the FP8 decode GEMV on vdpbf16ps for the vdpbf16ps tile's quantized GEMM
+// (the avx512_bf16 table's gemm_quant_from_rows, where vdpbf16ps runs at the FMA's rate): 25, past the GEMV's 24 rows.
+// Zen 4 EPYC, 2 threads, FP8 128 x 128, from 16 / 25 alternated three times (bench/RESULTS.md AQ8), ms: mixtral-8x7b
+// T = 64 (16 rows an expert) 239-248 / 203-212, qwen3-30b-a3b T = 256 (16) 108-111 / 96-101, T = 128 (8) alike.
+inline constexpr int64_t kBf16QuantFromRows = 25;
 // The same for quantized weights (the amx table's gemm_quant_from_rows): below it the AVX-512 GEMV decodes the codes
 // in registers (stream_fused; FP8 against one row, or up to 24 where vdpbf16ps runs at the FMA's rate: stream_quant).
 // Dev Xeon, 2 threads (bench/RESULTS.md U2), ms from 8 / 16 / 25 rows (25: never below the GEMV's 24): FP8

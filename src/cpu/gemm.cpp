@@ -145,8 +145,8 @@ GemmPath gemm_path(const KernelTable& kt, int64_t m, const WeightMat& b, bool ge
 }
 
 bool rows_for(const KernelTable& kt, GemmPath path, int64_t m, const WeightMat& b, RowsFor& use) {
-    if (path == GemmPath::kAmx) {
-        use = b.transposed ? RowsFor::kTiles : RowsFor::kPackedTiles;
+    if (path == GemmPath::kAmx) {  // packed rows: the AMX weight tiles' operand (the amx table's, gemm_bf16)
+        use = b.transposed || kt.gemm_bf16 == nullptr ? RowsFor::kTiles : RowsFor::kPackedTiles;
         return true;
     }
     if (path != GemmPath::kStream && kt.micro_bf16 != nullptr && b.dtype == DType::kBF16 && !b.quantized()) {

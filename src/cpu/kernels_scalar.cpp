@@ -30,6 +30,8 @@ bool rows_codes_avx512(const float* const* a, const float* const* s, int64_t m, 
                        int64_t ldd, float* st, int64_t ldst);
 bool stream_quant_avx512(const uint16_t* a, int64_t lda, int64_t m, const RowScales& rs, const WeightMat& b, int64_t n,
                          float* c, int64_t ldc);
+void gemm_quant_bf16_avx512(const uint16_t* a, int64_t lda, int64_t m, const RowScales& rs, const WeightMat& b,
+                            int64_t n, float* c, int64_t ldc, const uint32_t* packed);
 void round_e4m3_avx512(const float* src, float* dst, int64_t n, float q, bool divide, float s);  // act_quant_avx512.cpp
 float abs_max_avx512(const float* src, int64_t n);
 // The AMX kernels (gemm_amx.cpp), called only after the checks below.
@@ -172,9 +174,11 @@ const KernelTable* avx512_bf16_kernels() {
         KernelTable t = avx512_kernels() ? *avx512_kernels() : kScalarTable;
         t.name = "avx512_bf16";
         t.rows_bf16 = rows_bf16_avx512, t.pack_b_bf16 = pack_b_bf16_avx512, t.micro_bf16 = micro_bf16_avx512;
-        if (vdpbf16ps_at_fma_rate()) {  // the FP8 decode GEMV for a few rows too; bf16 tasks leave the GEMV sooner
-            t.stream_quant_rows = 24;
+        if (vdpbf16ps_at_fma_rate()) {  // the FP8 decode GEMV for a few rows too; bf16 tasks leave the GEMV sooner;
+            t.stream_quant_rows = 24;   // quantized prefill on the vdpbf16ps tile
             t.tile_bf16_from_rows = rows_from_env("MOEX_CPU_BF16_TILE_FROM_ROWS", kBf16TileFromRows);
+            t.gemm_quant = gemm_quant_bf16_avx512;
+            t.gemm_quant_from_rows = rows_from_env("MOEX_CPU_BF16_QUANT_FROM_ROWS", kBf16QuantFromRows);
         }
         return t;
     }();
