@@ -144,6 +144,15 @@ std::vector<const cpu::KernelTable*> quant_gemm_tables() {
     return out;
 }
 
+// body(t) on each of quant_gemm_tables(), traced by the table's name.
+template <class Body>
+void on_quant_gemm_tables(Body&& body) {
+    for (const cpu::KernelTable* t : quant_gemm_tables()) {
+        SCOPED_TRACE(t->name);
+        body(*t);
+    }
+}
+
 // C (m, n) of rows [r0, r1) through gemm_rows on table t with the rows prepared as the experts path does.
 std::vector<float> tile_gemm(const cpu::KernelTable& t, const Rows& x, int64_t r0, int64_t r1, const cpu::WeightMat& w,
                              int64_t n) {
@@ -164,11 +173,8 @@ std::vector<float> tile_gemm(const cpu::KernelTable& t, const Rows& x, int64_t r
 // 32-row blocks and tails, against float64 on the dequantized weights; whole against split rows and columns bit for
 // bit. K 2048 at 400 rows takes two k blocks of the packed rows, each half one.
 TEST(QuantTiles, GemmNearFloat64AndTheSameBitsForAnySplit) {
-    const auto tables = quant_gemm_tables();
-    if (tables.empty()) GTEST_SKIP() << "no quantized GEMM on tiles here: " << amx_skip();
-    for (const cpu::KernelTable* tp : tables) {
-        const cpu::KernelTable& t = *tp;
-        SCOPED_TRACE(t.name);
+    if (quant_gemm_tables().empty()) GTEST_SKIP() << "no quantized GEMM on tiles here: " << amx_skip();
+    on_quant_gemm_tables([&](const cpu::KernelTable& t) {
         struct Shape {
             int64_t m, n, K;
         };
@@ -205,18 +211,15 @@ TEST(QuantTiles, GemmNearFloat64AndTheSameBitsForAnySplit) {
                             std::memcmp(&cols[size_t(r * (n - 5))], &c[size_t(r * n + 5)], size_t(n - 5) * 4) != 0;
                     EXPECT_EQ(differ, 0) << what << " column split";
                 }
-    }
+    });
 }
 
 // Every e4m3 code (NaN included) and every e2m1 code times MXFP4 / NVFP4 scales comes out of the panels exactly:
 // one-hot rows pick single weights, so C holds the decoded values themselves (a -0 weight as +0: a sum with +0
 // products).
 TEST(QuantTiles, EveryCodeDecodesExactly) {
-    const auto tables = quant_gemm_tables();
-    if (tables.empty()) GTEST_SKIP() << "no quantized GEMM on tiles here: " << amx_skip();
-    for (const cpu::KernelTable* tp : tables) {
-        const cpu::KernelTable& t = *tp;
-        SCOPED_TRACE(t.name);
+    if (quant_gemm_tables().empty()) GTEST_SKIP() << "no quantized GEMM on tiles here: " << amx_skip();
+    on_quant_gemm_tables([&](const cpu::KernelTable& t) {
         const int64_t K = 256, m = K, n = 3;
         const Rows x = one_hot_rows(K);
         const EveryFp8Code f8(n, K, 0xff);
@@ -245,18 +248,15 @@ TEST(QuantTiles, EveryCodeDecodesExactly) {
                                          << " want " << want;
                 }
         }
-    }
+    });
 }
 
 // MXFP4 scales at the ends of the range: the panels add the scale's exponent where every nonzero weight stays a normal
 // bf16 (2^-125 .. 2^125) and multiply in f32 elsewhere; both give code x scale exactly, and a weight below 2^-126 (a
 // scale of 2^-127 or 2^-126) reads as zero on the tiles, as every bf16 subnormal does.
 TEST(QuantTiles, Mxfp4ScalesAtTheRangeEndsDecodeExactly) {
-    const auto tables = quant_gemm_tables();
-    if (tables.empty()) GTEST_SKIP() << "no quantized GEMM on tiles here: " << amx_skip();
-    for (const cpu::KernelTable* tp : tables) {
-        const cpu::KernelTable& t = *tp;
-        SCOPED_TRACE(t.name);
+    if (quant_gemm_tables().empty()) GTEST_SKIP() << "no quantized GEMM on tiles here: " << amx_skip();
+    on_quant_gemm_tables([&](const cpu::KernelTable& t) {
         const uint8_t edges[] = {0, 1, 2, 3, 126, 127, 128, 250, 251, 252};  // 2^-127 .. 2^125
         const int64_t blocks = int64_t(sizeof(edges)), K = 32 * blocks, m = K, n = 2;
         const Rows x = one_hot_rows(K);
@@ -275,7 +275,7 @@ TEST(QuantTiles, Mxfp4ScalesAtTheRangeEndsDecodeExactly) {
                 const float got = c[size_t(k * n + j)];
                 EXPECT_EQ(got, std::fabs(want) < 0x1.0p-126f ? 0.0f : want) << "j=" << j << " k=" << k;
             }
-    }
+    });
 }
 
 // Rows whose values are not their codes times the given scales are refused (the f32 kernels then run them).

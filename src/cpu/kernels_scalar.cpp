@@ -175,7 +175,7 @@ const KernelTable* avx512_bf16_kernels() {
         t.name = "avx512_bf16";
         t.rows_bf16 = rows_bf16_avx512, t.pack_b_bf16 = pack_b_bf16_avx512, t.micro_bf16 = micro_bf16_avx512;
         if (vdpbf16ps_at_fma_rate()) {  // the FP8 decode GEMV for a few rows too; bf16 tasks leave the GEMV sooner;
-            t.stream_quant_rows = 24;   // quantized prefill on the vdpbf16ps tile
+            t.stream_quant_rows = stream_max_rows(false);  // quantized prefill on the vdpbf16ps tile
             t.tile_bf16_from_rows = rows_from_env("MOEX_CPU_BF16_TILE_FROM_ROWS", kBf16TileFromRows);
             t.gemm_quant = gemm_quant_bf16_avx512;
             t.gemm_quant_from_rows = rows_from_env("MOEX_CPU_BF16_QUANT_FROM_ROWS", kBf16QuantFromRows);

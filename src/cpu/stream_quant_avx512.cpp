@@ -12,8 +12,8 @@
 // in 1.78-2.05 ms against 2.43-2.92. Both vpermi2b and vdpbf16ps issue once per 2 cycles there (vfmadd231ps twice per
 // cycle), so from two rows of A on the f32 route's fmas cost less (mixtral-8x7b T = 8: 67 against 80 ms): the tables
 // give it one row only there. Where vdpbf16ps issues at the FMA's rate (AMD's Zen 4: kernels.h vdpbf16ps_at_fma_rate)
-// the avx512_bf16 table gives it up to kMaxRows rows, each decode of 64 codes serving up to 4 rows of A
-// (bench/RESULTS.md AQ: FP8 decode at T = 8 was slower than bf16's on the f32 route there).
+// the avx512_bf16 table gives it the streaming path's rows (config.h stream_max_rows), each decode of 64 codes serving
+// up to 4 rows of A (bench/RESULTS.md AQ: FP8 decode at T = 8 was slower than bf16's on the f32 route there).
 //
 // Exact where it can be: every e4m3 code is a bf16 (subnormals m x 2^-9 included, NaN as a quiet NaN), the products
 // of two bf16 are exact in f32; a block's sum rounds in vdpbf16ps's pair order, lane by lane, from zero. Bits: each
@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "moex/dtype.h"
+#include "src/cpu/config.h"
 #include "src/cpu/dequant.h"
 #include "src/cpu/kernels.h"
 #include "src/cpu/parallel.h"
@@ -37,11 +38,10 @@ namespace {
 
 #define MOEX_BF16 __attribute__((target("avx512bf16")))
 
-constexpr int kTileRows = 8;      // rows of B per tile against one row of A: 8 block sums and 8 totals in zmm
-constexpr int kPairRows = 2;      // rows of B per tile against several: 2 x kChunk sums and totals, kChunk A pairs
-constexpr int kChunk = 4;         // rows of A a tile runs at once (the tile's B rows reread from L1 for the next 4)
-constexpr int kMaxBlocks = 512;   // promotion blocks per row a tile keeps (K / block); more: the f32 route
-constexpr int64_t kMaxRows = 24;  // the streaming path's most rows (config.h stream_max_rows)
+constexpr int kTileRows = 8;     // rows of B per tile against one row of A: 8 block sums and 8 totals in zmm
+constexpr int kPairRows = 2;     // rows of B per tile against several: 2 x kChunk sums and totals, kChunk A pairs
+constexpr int kChunk = 4;        // rows of A a tile runs at once (the tile's B rows reread from L1 for the next 4)
+constexpr int kMaxBlocks = 512;  // promotion blocks per row a tile keeps (K / block); more: the f32 route
 // Prefetch distance: each stream fetches the same bytes of a row a whole number of rows further on, at least kAhead
 // bytes over all the tile's streams, into L2 (2-32 KiB measured within the noise, bench/RESULTS.md V2).
 constexpr int64_t kAhead = 8192;
@@ -215,7 +215,8 @@ void stream_tiles(const uint16_t* a, int64_t lda, int64_t m, const RowScales& rs
 
 bool stream_quant_avx512(const uint16_t* a, int64_t lda, int64_t m, const RowScales& rs, const WeightMat& b, int64_t n,
                          float* c, int64_t ldc) {
-    if (b.q.format != QuantFormat::kFp8 || b.transposed || b.K % 64 != 0 || m < 1 || m > kMaxRows) return false;
+    if (b.q.format != QuantFormat::kFp8 || b.transposed || b.K % 64 != 0 || m < 1 || m > stream_max_rows(false))
+        return false;
     const int64_t pb = promotion_block(b, rs.s != nullptr ? rs.group : 0);
     if (pb == 0 || pb % 64 != 0 || b.K / pb > kMaxBlocks) return false;
     const uint16_t* ap = permuted_rows(a, lda, m, b.K);
