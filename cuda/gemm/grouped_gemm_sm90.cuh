@@ -36,8 +36,9 @@ inline constexpr uint32_t kBiasBytes = 2 * kBlockN * 2;            // 2 warpgrou
 enum class BIn : int32_t { kDtype = 0, kFp8 = 1, kFp4 = 2 };
 
 // Shared memory (offsets from the 1024-aligned base): A's ring, kFp4's byte ring, B's ring (kFp4: the converted
-// stages), the store staging, the bias slots, the barriers (full and empty per stage; kFp4: bfull and bempty per
-// converted stage), then kFp8's B scale slots (one float2 per stage). kFp4: 64 + 32 + 96 + 32 KB.
+// stages), the store staging, the bias slots, the tile slots (one TileInfo per stage), the barriers (full and empty
+// per stage; kFp4: bfull and bempty per converted stage), then kFp8's B scale slots (one float2 per stage). kFp4: 64
+// + 32 + 96 + 32 KB.
 template <BIn kB>
 struct SmemLayout {
     static constexpr bool kFp4 = kB == BIn::kFp4, kFp8 = kB == BIn::kFp8;
@@ -46,7 +47,8 @@ struct SmemLayout {
     static constexpr uint32_t b = raw + (kFp4 ? kStages * kB4Bytes : 0);
     static constexpr uint32_t staging = b + b_stages * kBBytes;
     static constexpr uint32_t bias = staging + kStagingBytes;
-    static constexpr uint32_t bars = bias + kBiasBytes;
+    static constexpr uint32_t info = bias + kBiasBytes;
+    static constexpr uint32_t bars = info + kStages * 16;
     static constexpr uint32_t b_scales = bars + (2 * kStages + (kFp4 ? 2 * kB4Stages : 0)) * 8;
     static constexpr uint32_t bytes = 1024 /* alignment slack */ + b_scales + (kFp8 ? kStages * kFp8ScaleSlotBytes : 0);
     static_assert(bytes <= 232448, "over the 227 KB opt-in shared memory of sm_90");
@@ -79,6 +81,14 @@ struct Sm90Params {
     WeightScales b_scales;
     const float* a_scales;
     int32_t a_slices, k_slice;
+};
+
+// What a tile is, as the producer decodes it: the expert id (as routed: a bad one skips the tile's MMAs), the first
+// row, the N tile and the end of the expert's rows (the packed layout's store limit; 0 for a bad id). The producer
+// writes it into the slot of the tile's first stage before that stage's arrival, so the 16-bit consumers read it
+// after the stage's wait with one shared load instead of decoding the tile themselves (bench/RESULTS.md AQ).
+struct alignas(16) TileInfo {
+    int32_t expert, row0, n_tile, row_end;
 };
 
 // kFp8: the activation scales of one K block of this thread's rows r_lo, r_lo + 8.
@@ -116,6 +126,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
     uint64_t* bfull = empty + kStages;  // kFp4: the converted ring's barriers
     uint64_t* bempty = bfull + kB4Stages;
     float2* b_scale_slots = reinterpret_cast<float2*>(smem + L::b_scales);  // kFp8: (kStages,)
+    TileInfo* info_slots = reinterpret_cast<TileInfo*>(smem + L::info);    // (kStages,): a tile's first stage's
 
     const uint32_t warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);
     const uint32_t lane = threadIdx.x % 32;
@@ -148,6 +159,25 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
     constexpr int32_t kBK = kStageK<kFp8>;
     const int32_t num_kb = (p.K + kBK - 1) / kBK;
     uint32_t stage = 0, phase = 0;
+    // Tile t's metadata; its decode reads device memory (with expert-aligned groups, dependent loads), so its users
+    // take it one tile ahead. Packed layout: rows at or past the expert's end (the next expert's) are not stored; past
+    // the last expert's end (rows of no expert, below P) they are, so that every row a later kernel's tile reads is
+    // written.
+    const bool packed = p.m_tile_row0 != nullptr;
+    auto tile_info = [&](int32_t t) {
+        if (t >= sched.total) return TileInfo{-1, 0, 0, 0};
+        const TileCoord c = sched.decode(t);
+        const int32_t e = p.m_tile_expert[c.m];
+        int32_t row_end = 0;
+        if (static_cast<uint32_t>(e) < static_cast<uint32_t>(p.E)) {
+            const int32_t end = p.expert_row_start[e] + p.expert_row_count[e];
+            row_end = packed && end == p.expert_row_start[p.E] ? p.epi.P : end;
+        }
+        return TileInfo{e, packed ? p.m_tile_row0[c.m] : c.m * kBlockM, c.n, row_end};
+    };
+    // The 16-bit consumers read each tile's metadata from its first stage's slot (FP8 and FP4 load their first
+    // stage's scales before its wait, so they decode the tile themselves, one tile ahead).
+    constexpr bool kInfo = !kFp8 && !kFp4;
 
     if (warp >= 8) {
         // ---------------------------------------------------------------- producer: one thread issues all TMA
@@ -155,21 +185,24 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
         if (warp == 8 && lane == 0) {
             tma_prefetch_map(&p.map_a);
             tma_prefetch_map(&p.map_b);
+            TileInfo info = tile_info(blockIdx.x);
             for (int32_t t = blockIdx.x; t < sched.total; t += gridDim.x) {
-                const TileCoord tile = sched.decode(t);
-                const int32_t e = expert_to_load(p.m_tile_expert[tile.m], p.E);
+                const TileInfo next = tile_info(t + gridDim.x);  // its loads in flight during this tile's issue
+                const int32_t e = expert_to_load(info.expert, p.E);
                 bool multicast = false;
                 if (cluster_m > 1 && sched.peer_alive(t)) {
                     const TileCoord peer = sched.decode(t ^ 1);
                     const int32_t pe = expert_to_load(p.m_tile_expert[peer.m], p.E);
-                    multicast = peer.n == tile.n && pe == e;
+                    multicast = peer.n == info.n_tile && pe == e;
                 }
-                const int2 halves = b_halves(p, gate_concat, tile.n);
+                const int2 halves = b_halves(p, gate_concat, info.n_tile);
                 const int32_t half0 = halves.x, half1 = halves.y;
-                const int32_t row0 = p.m_tile_row0 != nullptr ? p.m_tile_row0[tile.m] : tile.m * kBlockM;
+                const int32_t row0 = info.row0;
                 for (int32_t kb = 0; kb < num_kb; ++kb) {
                     const int32_t k0 = kb * kBK;
                     mbar_wait_parked(&empty[stage], phase ^ 1);
+                    // The stage's arrival (a release) publishes the slot to the consumers' wait (an acquire).
+                    if (kInfo && kb == 0) info_slots[stage] = info;
                     mbar_arrive_expect_tx(&full[stage], kABytes + (kFp4 ? kB4Bytes : kBBytes));
                     tma_load_2d(smem_a + stage * kABytes, &p.map_a, &full[stage], k0, row0);
                     if constexpr (kFp4) {  // the codes of both halves; the consumers convert them from here
@@ -203,6 +236,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                     }
                     if (++stage == kStages) stage = 0, phase ^= 1;
                 }
+                info = next;
             }
         } else if (kFp8 && warp == 9 && lane == 0) {
             // The B scales of every stage the TMA thread fills, in the same order, loaded before the slot is free.
@@ -236,29 +270,20 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
         constexpr uint32_t kBStepK = kBNMajor ? 16 * 128 : 16 * 2;  // bytes per 16-deep K slice of B
         float acc[128];
 
-        // Tile metadata runs one tile ahead: the expert id, first row and N tile of the next tile (its decode reads
-        // device memory with expert-aligned groups) are loaded before this tile's main loop and its row range before
-        // this tile's epilogue, so no dependent global load stalls a tile start. Packed layout: rows at or past the
-        // expert's end (the next expert's) are not stored; past the last expert's end (rows of no expert, below P) they
-        // are, so that every row a later kernel's tile reads is written.
-        const bool packed = p.m_tile_row0 != nullptr;
-        auto tile_start = [&](int32_t t) {
-            if (t >= sched.total) return make_int3(-1, 0, 0);
-            const TileCoord c = sched.decode(t);
-            return make_int3(p.m_tile_expert[c.m], packed ? p.m_tile_row0[c.m] : c.m * kBlockM, c.n);
-        };
-        auto row_end_of = [&](int32_t e) {
-            if (static_cast<uint32_t>(e) >= static_cast<uint32_t>(p.E)) return 0;
-            const int32_t end = p.expert_row_start[e] + p.expert_row_count[e];
-            return packed && end == p.expert_row_start[p.E] ? p.epi.P : end;
-        };
-        int3 start = tile_start(blockIdx.x);
-        int32_t e = start.x;
-        int32_t row_end = row_end_of(e);
+        // kInfo: the tile's metadata from its first stage's slot, after that stage's wait (the main loop's wait of
+        // K block 0 then passes at once); otherwise decoded here one tile ahead, so no dependent global load stalls a
+        // tile start.
+        TileInfo info = kInfo ? TileInfo{} : tile_info(blockIdx.x);
         for (int32_t t = blockIdx.x; t < sched.total; t += gridDim.x) {
-            const int3 start_next = tile_start(t + gridDim.x);
-            const int32_t n_tile = start.z;  // the consumers need the tile's N tile only (its rows come in start)
-            const int32_t row0 = start.y + static_cast<int32_t>(wg) * 64;
+            TileInfo next{};
+            if constexpr (kInfo) {
+                mbar_wait(&full[stage], phase);
+                info = info_slots[stage];
+            } else {
+                next = tile_info(t + gridDim.x);
+            }
+            const int32_t e = info.expert, row_end = info.row_end, n_tile = info.n_tile;
+            const int32_t row0 = info.row0 + static_cast<int32_t>(wg) * 64;
             // A warpgroup whose 64 rows are all padding skips its MMAs and its stores (padding is never read).
             const bool active = row0 < row_end;
             const bool peer = cluster_m > 1 && sched.peer_alive(t);
@@ -421,7 +446,6 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                 }
             }
             wgmma_wait<0>();  // unconditional: no MMA may be in flight on any path out of the loop
-            const int32_t row_end_next = row_end_of(start_next.x);
             if (active) {
                 fence_accumulators(acc);
                 if (!kFp8) release(prev), release_b(bprev);  // kFp8 released every stage in its loop
@@ -432,9 +456,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
                 epilogue<T, kEpi>(p.epi, &p.map_d, &p.map_s, acc, my_staging, my_bias, buf, th, extras, row0,
                                   packed ? row_end : p.epi.P, n_tile);
             }
-            start = start_next;
-            e = start.x;
-            row_end = row_end_next;
+            if constexpr (!kInfo) info = next;
         }
         if (th.leader) bulk_wait_group_all();
     }
