@@ -93,13 +93,13 @@ bool run(const GroupedGemmArgs& a, const Sm90GemmConfig& cfg, int dev, cudaStrea
                                            : kCodes                   ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                                                       : kType;
         const cuuint64_t dims[2] = {n_out, P}, strides[1] = {n_out * d_esz};
-        const cuuint32_t box[2] = {static_cast<cuuint32_t>(128 / d_esz), 64};
+        const cuuint32_t box[2] = {static_cast<cuuint32_t>(128 / d_esz), sm90::kStoreBoxRows};  // one warp's rows
         p.map_d = make_tensor_map_128b(a.D, d_type, 2, dims, strides, box);
     }
     if constexpr (kEpi == EpiKind::kGateSave) {  // save as (P, 2, I) for [gate | up] columns, else (P, 1, N)
         const uint64_t width = a.gate.concatenated ? N / 2 : N;
         const cuuint64_t dims[3] = {width, N / width, P}, strides[2] = {width * 2, N * 2};
-        const cuuint32_t box[3] = {64, 1, 64};
+        const cuuint32_t box[3] = {64, 1, sm90::kStoreBoxRows};
         p.map_s = make_tensor_map_128b(a.save, kType, 3, dims, strides, box);
         p.epi.save = static_cast<uint8_t*>(a.save);
         p.epi.save_row_bytes = static_cast<int32_t>(N * 2);

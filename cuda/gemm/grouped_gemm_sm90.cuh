@@ -61,8 +61,8 @@ struct Sm90Params {
     CUtensorMap map_a;  // A (P, K): box 64 K x 128 rows
     CUtensorMap map_b;  // B (E, N, K): box 64 K x 128 N x 1;  b_n_major (E, K, N): box 64 N x 64 K x 1;
                         // kFp4: (E, N, K / 2) bytes, box 32 x 128 x 1, no swizzle
-    CUtensorMap map_d;  // D (P, N_out): box 128 bytes x 64 rows
-    CUtensorMap map_s;  // kGateSave: save as (P, halves, width) (sm90_epilogue.cuh): box 64 columns x 1 x 64 rows
+    CUtensorMap map_d;  // D (P, N_out): box 128 bytes x 16 rows (one warp's, sm90_epilogue.cuh)
+    CUtensorMap map_s;  // kGateSave: save as (P, halves, width) (sm90_epilogue.cuh): box 64 columns x 1 x 16 rows
     EpilogueParams epi;
     const int32_t* m_tile_expert;      // (max_m_tiles,)
     const int32_t* num_m_tiles;        // (1,)
@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
     uint64_t* bfull = empty + kStages;  // kFp4: the converted ring's barriers
     uint64_t* bempty = bfull + kB4Stages;
     float2* b_scale_slots = reinterpret_cast<float2*>(smem + L::b_scales);  // kFp8: (kStages,)
-    TileInfo* info_slots = reinterpret_cast<TileInfo*>(smem + L::info);    // (kStages,): a tile's first stage's
+    TileInfo* info_slots = reinterpret_cast<TileInfo*>(smem + L::info);     // (kStages,): tiles' metadata
 
     const uint32_t warp = __shfl_sync(0xffffffffu, threadIdx.x / 32, 0);
     const uint32_t lane = threadIdx.x % 32;
@@ -258,8 +258,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_gemm_sm90_kernel(const __
         // ---------------------------------------------------------------- consumers: two math warpgroups
         regs_raise<kConsumerRegs>();
         const uint32_t wg = warp / 4;
-        const EpiThread th{16 * (warp % 4) + lane / 4, lane % 4, threadIdx.x % 128, 1 + wg,
-                           (warp % 4) == 0 && lane == 0};
+        const EpiThread th(warp, lane, threadIdx.x, 1 + wg);
         uint8_t* my_staging = staging + wg * 2 * kStoreBoxBytes;
         T* my_bias = bias_slots + wg * kBlockN;
         uint32_t buf = 0;

@@ -1,8 +1,10 @@
 // Epilogue of the sm_90a grouped GEMM: each consumer warpgroup turns its 64x256 f32 accumulator tile into
 // output (bias, gate, row scale in f32; rounding to the output type), stages it in shared memory in 128-byte
 // swizzled 64-row boxes and writes them with TMA stores, double-buffered so staging overlaps the previous store.
-// Rows at or past row_lim (the expert's end in the packed layout: the next expert's rows) are not written: a box
-// that holds some goes out through 16-byte stores of its rows below row_lim instead.
+// Each warp writes and stores its own 16 rows of a box (the accumulator rows it holds), so the warps of a warpgroup
+// never wait for each other between boxes (bench/RESULTS.md AQ). Rows at or past row_lim (the expert's end in the
+// packed layout: the next expert's rows) are not written: a warp whose 16 rows hold some stores its rows below
+// row_lim through 16-byte stores instead.
 #pragma once
 
 #include <cuda.h>
@@ -29,8 +31,10 @@ inline constexpr bool is_gate_epi(EpiKind k) {
     return k == EpiKind::kGate || k == EpiKind::kGateE4m3 || k == EpiKind::kGateSave;
 }
 
-// One TMA store box: 64 rows x 128 bytes (32 f32 or 64 16-bit values), 128B-swizzled, 1024-aligned.
+// One staging box: 64 rows x 128 bytes (32 f32 or 64 16-bit values), 128B-swizzled, 1024-aligned; it goes out as
+// four TMA stores of kStoreBoxRows rows, one per warp (the tensor maps' box height).
 inline constexpr uint32_t kStoreBoxBytes = 64 * 128;
+inline constexpr int32_t kStoreBoxRows = 16;
 
 struct EpilogueParams {
     const void* bias;           // (E, N) input dtype, or nullptr
@@ -55,7 +59,16 @@ struct EpiThread {
     uint32_t q;       // lane % 4
     uint32_t tid;     // thread index in the warpgroup
     uint32_t bar_id;  // named barrier of this warpgroup
-    bool leader;      // issues and tracks the TMA stores of this warpgroup
+    uint32_t lane;
+    bool leader;  // lane 0: issues and tracks the TMA stores of its warp
+    __device__ __forceinline__ EpiThread(uint32_t warp, uint32_t lane_, uint32_t thread, uint32_t barrier)
+        : r_lo(16 * (warp % 4) + lane_ / 4),
+          q(lane_ % 4),
+          tid(thread % 128),
+          bar_id(barrier),
+          lane(lane_),
+          leader(lane_ == 0) {}
+    __device__ __forceinline__ uint32_t row16() const { return r_lo & ~15u; }  // the warp's first row in a box
 };
 
 // What the epilogue of one tile needs besides the accumulators, loaded when the tile starts so that the loads'
@@ -140,29 +153,31 @@ __device__ __forceinline__ TileExtras load_tile_extras(const EpilogueParams& ep,
     return x;
 }
 
-// After writing box `buf`: make the writes visible to the copy engine; the leader waits until the previous box's
-// store has read shared memory (so the next chunk may overwrite that box); one barrier publishes both facts;
-// then the leader stores this box (issue()). One barrier per 8 KB box. A box with rows at or past row_lim: every
-// thread copies 16-byte chunks of the rows below it to base + row · row_bytes + col_bytes (chunks at or past
-// col_bytes_lim clipped as TMA clips them); the next barrier of the warpgroup comes after these reads, before the box
-// is written again.
+// After the warp wrote its 16 rows of box `buf` (box row 0 = D row `row`): make the writes visible to the copy
+// engine; the warp's leader waits until its previous store has read shared memory (so the next chunk may overwrite
+// that box); __syncwarp publishes both facts to the warp; then the leader stores the warp's rows (issue(part,
+// first_row)). Rows at or past row_lim among the warp's: its lanes copy 16-byte chunks of the rows below it to base +
+// row · row_bytes + col_bytes (chunks at or past col_bytes_lim clipped as TMA clips them); the warp's next __syncwarp
+// comes after these reads, before the box is written again.
 template <class Issue>
 __device__ __forceinline__ void store_box_rows(const EpiThread& th, const uint8_t* box, int32_t row, int32_t row_lim,
                                                Issue&& issue, uint8_t* base, int32_t row_bytes, int32_t col_bytes,
                                                int32_t col_bytes_lim) {
+    const int32_t r16 = static_cast<int32_t>(th.row16());
+    const uint8_t* part = box + r16 * 128;
     fence_proxy_async_smem();
     if (th.leader) bulk_wait_group_read<0>();
-    named_barrier_sync(th.bar_id, 128);
-    if (row + 64 <= row_lim) {
+    __syncwarp();
+    if (row + r16 + kStoreBoxRows <= row_lim) {
         if (th.leader) {
-            issue();
+            issue(part, row + r16);
             bulk_commit_group();
         }
         return;
     }
-    const int32_t chunks = (row_lim - row) * 8;
-    for (int32_t i = static_cast<int32_t>(th.tid); i < chunks; i += 128) {
-        const int32_t r = i / 8, byte = 16 * (i % 8);
+    const int32_t rows = min(max(row_lim - row - r16, 0), kStoreBoxRows);
+    for (int32_t i = static_cast<int32_t>(th.lane); i < rows * 8; i += 32) {
+        const int32_t r = r16 + i / 8, byte = 16 * (i % 8);
         if (col_bytes + byte >= col_bytes_lim) continue;
         *reinterpret_cast<uint4*>(base + int64_t(row + r) * row_bytes + col_bytes + byte) =
             *reinterpret_cast<const uint4*>(box + swizzled(static_cast<uint32_t>(r), static_cast<uint32_t>(byte)));
@@ -174,8 +189,8 @@ template <int kEsz>
 __device__ __forceinline__ void store_box(const EpilogueParams& ep, const EpiThread& th, const CUtensorMap* map_d,
                                           const uint8_t* box, int32_t col, int32_t row, int32_t row_lim) {
     store_box_rows(
-        th, box, row, row_lim, [&] { tma_store_2d(map_d, box, col, row); }, static_cast<uint8_t*>(ep.D), ep.d_row_bytes,
-        col * kEsz, ep.d_row_bytes);
+        th, box, row, row_lim, [&](const uint8_t* part, int32_t r) { tma_store_2d(map_d, part, col, r); },
+        static_cast<uint8_t*>(ep.D), ep.d_row_bytes, col * kEsz, ep.d_row_bytes);
 }
 
 // kStore / kStoreF32: 256 accumulator columns n0 + [0, 256) -> 256 / kCols boxes. bias_s: (256,) tile bias.
@@ -293,7 +308,7 @@ __device__ __forceinline__ void save_preactivation(const EpilogueParams& ep, con
         }
         constexpr int32_t kEsz = sizeof(T);
         store_box_rows(
-            th, box, row0, row_lim, [&] { tma_store_3d(map_s, box, col0, half, row0); },
+            th, box, row0, row_lim, [&](const uint8_t* part, int32_t r) { tma_store_3d(map_s, part, col0, half, r); },
             ep.save + int64_t(half) * width * kEsz, ep.save_row_bytes, col0 * kEsz, width * kEsz);
         buf ^= 1;
     }
@@ -393,7 +408,8 @@ __device__ __forceinline__ void epilogue(const EpilogueParams& ep, const CUtenso
                                          float (&acc)[128], uint8_t* staging, T* bias_s, uint32_t& buf,
                                          const EpiThread& th, const TileExtras& x, int32_t row0, int32_t row_lim,
                                          int32_t n_tile) {
-    if (ep.bias != nullptr) {  // publish the tile's bias; the previous tile read its slot before its last barrier
+    if (ep.bias != nullptr) {  // publish the tile's bias once every warp has read the previous tile's
+        named_barrier_sync(th.bar_id, 128);
         reinterpret_cast<uint32_t*>(bias_s)[th.tid] = x.bias2;
         named_barrier_sync(th.bar_id, 128);
     }

@@ -66,7 +66,8 @@ void run(const WeightGradGemmArgs& a, const DeviceState& dev, cudaStream_t strea
     }
     {
         const cuuint64_t dims[2] = {cuuint64_t(a.N), cuuint64_t(a.E * a.M)}, strides[1] = {cuuint64_t(a.N) * 2};
-        p.map_c = make_tensor_map_128b(a.C, kType, 2, dims, strides, box);
+        const cuuint32_t store_box[2] = {64, sm90::kStoreBoxRows};  // one warp's rows (sm90_epilogue.cuh)
+        p.map_c = make_tensor_map_128b(a.C, kType, 2, dims, strides, store_box);
     }
     p.C = a.C;
     p.expert_row_start = a.expert_row_start;

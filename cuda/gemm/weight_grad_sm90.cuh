@@ -36,7 +36,7 @@ inline constexpr uint32_t kConsumerRegs = 232, kProducerRegs = 40;
 struct Params {
     CUtensorMap map_a;  // A (P, M): box 64 M x 64 rows
     CUtensorMap map_b;  // B (P, N): box 64 N x 64 rows
-    CUtensorMap map_c;  // C (E·M, N): box 64 N x 64 rows
+    CUtensorMap map_c;  // C (E·M, N): box 64 N x 16 rows (one warp's store)
     void* C;            // (E, M, N)
     const int32_t* expert_row_start;
     const int32_t* expert_row_count;
@@ -134,8 +134,7 @@ __global__ void __launch_bounds__(kThreads, 1) weight_grad_sm90_kernel(const __g
         // The epilogue's view of C: (E·M, N) rows in T, no bias or scales.
         EpilogueParams epi{};
         epi.P = p.E * p.M, epi.N = p.N, epi.D = p.C, epi.d_row_bytes = p.N * static_cast<int32_t>(sizeof(T));
-        const EpiThread th{16 * (warp % 4) + lane / 4, lane % 4, threadIdx.x % 128, 1 + wg,
-                           (warp % 4) == 0 && lane == 0};
+        const EpiThread th(warp, lane, threadIdx.x, 1 + wg);
         const TileExtras extras{1.f, 1.f, 0u, 1.f};
         uint8_t* my_staging = staging + wg * 2 * kStoreBoxBytes;
         uint32_t buf = 0;
