@@ -135,6 +135,33 @@ __device__ __forceinline__ uint32_t swizzled(uint32_t row, uint32_t byte) {
     return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
 }
 
+template <typename T>
+__device__ __forceinline__ uint32_t pack_pair(float a, float b) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+        return *reinterpret_cast<const uint32_t*>(&v);
+    } else {
+        const __half2 v = __floats2half2_rn(a, b);
+        return *reinterpret_cast<const uint32_t*>(&v);
+    }
+}
+
+// Two 8-column blocks (b, b + 1; b even) of the warp's 16 rows of a box, 16-bit values, with one stmatrix.x4 instead
+// of four 32-bit shared stores: matrix i is block b + i / 2, rows 8 (i % 2) .. + 7 of the warp's; each thread's
+// registers are its accumulator pairs (m64nNk16 layout: row lane / 4, columns 2 (lane % 4) + {0, 1}, which is
+// stmatrix's fragment) in the order (b, r_lo), (b, r_lo + 8), (b + 1, r_lo), (b + 1, r_lo + 8); lane l gives the
+// swizzled address of matrix l / 8's row l % 8.
+template <typename T>
+__device__ __forceinline__ void stsm_two_blocks(uint8_t* box, const EpiThread& th, int b, float2 lo0, float2 hi0,
+                                                float2 lo1, float2 hi1) {
+    const uint32_t row = th.row16() + ((th.lane >> 3) & 1) * 8 + (th.lane & 7);
+    const uint32_t addr = smem_u32(box) + swizzled(row, (static_cast<uint32_t>(b) + (th.lane >> 4)) * 16);
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
+                 "r"(pack_pair<T>(lo0.x, lo0.y)), "r"(pack_pair<T>(hi0.x, hi0.y)), "r"(pack_pair<T>(lo1.x, lo1.y)),
+                 "r"(pack_pair<T>(hi1.x, hi1.y))
+                 : "memory");
+}
+
 __device__ __forceinline__ float row_scale_of(const EpilogueParams& ep, int32_t row) {
     return (ep.row_scale != nullptr && row < ep.P) ? ep.row_scale[row] : 1.f;
 }
@@ -207,16 +234,25 @@ __device__ __forceinline__ void epilogue_store(const EpilogueParams& ep, const C
     for (int c = 0; c < 256 / kCols; ++c) {
         if (n0 + c * kCols >= ep.N) break;  // uniform over the warpgroup
         uint8_t* box = staging + buf * kStoreBoxBytes;
-#pragma unroll
-        for (int b = 0; b < kBlocks; ++b) {
+        auto value = [&](int b, int hi) {  // block b of this box, row r_lo (hi 0) or r_lo + 8 (hi 1)
             const int j = c * kBlocks + b;
             const int32_t col = 8 * b + 2 * static_cast<int32_t>(th.q);  // inside the box
             const float2 bv = has_bias ? load_pair(bias_s + c * kCols + col) : make_float2(0.f, 0.f);
-            const uint32_t byte = col * sizeof(Out);
-            store_pair<Out>(box + swizzled(th.r_lo, byte), (acc[4 * j] + bv.x) * x.s_lo,
-                            (acc[4 * j + 1] + bv.y) * x.s_lo);
-            store_pair<Out>(box + swizzled(th.r_lo + 8, byte), (acc[4 * j + 2] + bv.x) * x.s_hi,
-                            (acc[4 * j + 3] + bv.y) * x.s_hi);
+            const float s = hi ? x.s_hi : x.s_lo;
+            return make_float2((acc[4 * j + 2 * hi] + bv.x) * s, (acc[4 * j + 2 * hi + 1] + bv.y) * s);
+        };
+        if constexpr (sizeof(Out) == 2) {
+#pragma unroll
+            for (int b = 0; b < kBlocks; b += 2)
+                stsm_two_blocks<Out>(box, th, b, value(b, 0), value(b, 1), value(b + 1, 0), value(b + 1, 1));
+        } else {
+#pragma unroll
+            for (int b = 0; b < kBlocks; ++b) {
+                const uint32_t byte = (8 * b + 2 * th.q) * sizeof(Out);
+                const float2 lo = value(b, 0), hi = value(b, 1);
+                store_pair<Out>(box + swizzled(th.r_lo, byte), lo.x, lo.y);
+                store_pair<Out>(box + swizzled(th.r_lo + 8, byte), hi.x, hi.y);
+            }
         }
         store_box<sizeof(Out)>(ep, th, map_d, box, n0 + c * kCols, row0, row_lim);
         buf ^= 1;
@@ -363,20 +399,19 @@ __device__ __forceinline__ void epilogue_gate(const EpilogueParams& ep, const CU
         for (int c = 0; c < 2; ++c) {
             if (o0 + c * 64 >= ep.n_half) break;
             uint8_t* box = staging + buf * kStoreBoxBytes;
-#pragma unroll
-            for (int b = 0; b < 8; ++b) {
-                const int j = 8 * c + b, ju = j + 16;
+            auto value = [&](int b, int hi) {  // output block b of this box, row r_lo (hi 0) or r_lo + 8 (hi 1)
+                const int j = 8 * c + b, ju = j + 16, r = 2 * hi;
                 const int32_t col = 8 * b + q2;
                 const float2 gb = has_bias ? load_pair(bias_s + 64 * c + col) : zero;
                 const float2 ub = has_bias ? load_pair(bias_s + 128 + 64 * c + col) : zero;
-                const uint32_t byte = col * sizeof(T);
-                store_pair<T>(box + swizzled(th.r_lo, byte),
-                              gate_value<kKind, kAct>(acc[4 * j] + gb.x, acc[4 * ju] + ub.x, al, li) * s_lo,
-                              gate_value<kKind, kAct>(acc[4 * j + 1] + gb.y, acc[4 * ju + 1] + ub.y, al, li) * s_lo);
-                store_pair<T>(box + swizzled(th.r_lo + 8, byte),
-                              gate_value<kKind, kAct>(acc[4 * j + 2] + gb.x, acc[4 * ju + 2] + ub.x, al, li) * s_hi,
-                              gate_value<kKind, kAct>(acc[4 * j + 3] + gb.y, acc[4 * ju + 3] + ub.y, al, li) * s_hi);
-            }
+                const float s = hi ? s_hi : s_lo;
+                return make_float2(
+                    gate_value<kKind, kAct>(acc[4 * j + r] + gb.x, acc[4 * ju + r] + ub.x, al, li) * s,
+                    gate_value<kKind, kAct>(acc[4 * j + r + 1] + gb.y, acc[4 * ju + r + 1] + ub.y, al, li) * s);
+            };
+#pragma unroll
+            for (int b = 0; b < 8; b += 2)
+                stsm_two_blocks<T>(box, th, b, value(b, 0), value(b, 1), value(b + 1, 0), value(b + 1, 1));
             store_box<sizeof(T)>(ep, th, map_d, box, o0 + 64 * c, row0, row_lim);
             buf ^= 1;
         }
