@@ -145,6 +145,30 @@ TEST(CpuKernels, Bf16TileSumsInPairOrder) {
     }
 }
 
+// The tile with the weights read in place (gemm.cpp gemm_bf16_in_place) against it with the weights packed, on rows
+// from 1 to past two 32-row panels, 12-row weight tiles and their tails, short and long K: the same bits, and both
+// the pair order's.
+TEST(CpuKernels, Bf16TileInPlaceKeepsThePackedBits) {
+    const KernelTable* t = avx512_bf16_kernels();
+    if (t == nullptr) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+    KernelTable packed = *t, in_place = *t;
+    packed.tile_bf16_from_rows = in_place.tile_bf16_from_rows = 1;
+    packed.bf16_in_place_max_rows = 0, in_place.bf16_in_place_max_rows = 1 << 20;
+    for (int64_t m : {1, 15, 16, 31, 32, 33, 64, 65, 100})
+        for (int64_t n : {1, 12, 13, 37, 130})
+            for (int64_t K : {2, 64, 258, 1030}) {
+                const Case c{m, n, K, false};
+                SCOPED_TRACE(::testing::Message() << "m " << m << " n " << n << " K " << K);
+                const Operands o = make(c, DType::kBF16, true, uint64_t(m * 7919 + n * 31 + K));
+                const std::vector<float> got = run(in_place, o, c);
+                expect_same_bits(got, run(packed, o, c), "in place vs packed");
+                std::vector<float> want(got.size());
+                for (int64_t r = 0; r < m; ++r)
+                    for (int64_t j = 0; j < n; ++j) want[size_t(r * n + j)] = bf16_pair_order(o, c, r, j);
+                expect_same_bits(got, want, "in place vs its pair order");
+            }
+}
+
 TEST(CpuKernels, Bf16TableKeepsF32RowsOnTheF32Tile) {
     const KernelTable* t = avx512_bf16_kernels();
     if (t == nullptr) GTEST_SKIP() << "this CPU has no AVX512_BF16";

@@ -74,8 +74,16 @@ inline constexpr int64_t kAmxFromRows = 8;
 // tile_bf16_from_rows; elsewhere bf16 tasks stay on the GEMV up to stream_max_rows). Zen 4 EPYC, 2 threads, from 4 / 8
 // / 16 / 25 (25: the GEMV up to 24 rows) alternated three times (bench/RESULTS.md AQ6), ms: mixtral-8x7b T = 64 (16
 // rows an expert) 223-232 / 224-229 / 237-248 / 273-292, T = 32 (8) 174-181 / 146-154 / 150-151 / 147-154;
-// qwen3-30b-a3b T = 256 (16) 119-121 / 120-123 / 112-115 / 122-128, T = 128 (8) 95-98 / 76-84 / 69-72 / 67-68.
-inline constexpr int64_t kBf16TileFromRows = 16;
+// qwen3-30b-a3b T = 256 (16) 119-121 / 120-123 / 112-115 / 122-128, T = 128 (8) 95-98 / 76-84 / 69-72 / 67-68. Since
+// the tile reads few rows' weights in place (below), 12: Zen 5 EPYC, one thread, weights from DRAM, the tile's time
+// over the GEMV's (moex_bf16_tile_micro ... stream, bench/RESULTS.md AR2): m = 8 1.11, 12 0.82-0.92, 16 0.69-0.72.
+inline constexpr int64_t kBf16TileFromRows = 12;
+// Up to this many rows the vdpbf16ps tile reads the weights in place and packs the task's rows instead (the avx512_bf16
+// table's bf16_in_place_max_rows), so that no weight is packed. Zen 5 EPYC, one thread, weights from DRAM, time in
+// place over packed (moex_bf16_tile_micro, bench/RESULTS.md AR2): K = 2048 x 1536 weights m = 16 / 32 / 64 / 96 /
+// 128 rows 0.47 / 0.57 / 0.67 / 0.79 / 0.91; K = 4096 x 256: m = 64 0.74, 128 1.03, 256 1.02; K = 14336 x 128: m = 64
+// 0.76, 96 1.03, 256 1.30 (the rows' panels no longer stay in L2).
+inline constexpr int64_t kBf16InPlaceMaxRows = 64;
 // Quantized tasks of this many rows leave the FP8 decode GEMV on vdpbf16ps for the vdpbf16ps tile's quantized GEMM
 // (the avx512_bf16 table's gemm_quant_from_rows, where vdpbf16ps runs at the FMA's rate): 25, past the GEMV's 24 rows.
 // Zen 4 EPYC, 2 threads, FP8 128 x 128, from 16 / 25 alternated three times (bench/RESULTS.md AQ8), ms: mixtral-8x7b

@@ -95,10 +95,36 @@ void gemm_bf16(const KernelTable& kt, const uint16_t* a16, int64_t lda, int64_t 
     }
 }
 
+constexpr int kTileRows = 12;  // the most rows of a tile (the AVX-512 tiles' mr)
+
+// Few rows (m <= kt.bf16_in_place_max_rows) on the vdpbf16ps tile the other way round: B's rows are its broadcast
+// operand, read in place, and the m bf16 rows of A its panels, packed once per call; nothing of B is packed. Each kt.mr
+// x 32 block of Cᵀ is stored transposed into C. The tile sums the same pair products in the same k order from zero as
+// gemm_bf16 (vdpbf16ps multiplies its two operands' pairs alike), so every element keeps gemm_bf16's bits.
+void gemm_bf16_in_place(const KernelTable& kt, const uint16_t* a16, int64_t lda, int64_t m, const WeightMat& b,
+                        int64_t n, float* c, int64_t ldc) {
+    const int64_t K = b.K, kp = K / 2;  // K even: a pair never reads past a row of B
+    auto* panels = reinterpret_cast<uint32_t*>(thread_scratch(0, (m + 15) / 16 * kp * kNr));
+    kt.pack_b_bf16(WeightMat{a16, DType::kBF16, false, lda, K}, m, 0, K, panels);
+    const auto* w = static_cast<const uint16_t*>(b.data);
+    alignas(64) float blk[kTileRows * 2 * kNr];
+    for (int64_t n0 = 0; n0 < n; n0 += kt.mr) {
+        const int wrows = int(std::min<int64_t>(n - n0, kt.mr));
+        for (int64_t a0 = 0; a0 < m; a0 += 2 * kNr) {
+            const int arows = int(std::min<int64_t>(m - a0, 2 * kNr));
+            kt.micro_bf16(w + n0 * b.ld, b.ld, wrows, 0, panels + (a0 / kNr) * kp * kNr, K, blk, 2 * kNr, arows, false);
+            for (int r = 0; r < arows; ++r)
+                for (int i = 0; i < wrows; ++i) c[(a0 + r) * ldc + n0 + i] = blk[i * 2 * kNr + r];
+        }
+    }
+}
+
 // bf16 x bf16 on the vdpbf16ps tile, A's rows converted once (prepare_bf16_rows, RowsFor::kBf16Tile), B in blocks of
-// the packed path's width.
+// the packed path's width, or read in place for few rows.
 void gemm_bf16_tile(const KernelTable& kt, const uint16_t* a16, int64_t lda, int64_t m, const WeightMat& b, int64_t n,
                     float* c, int64_t ldc) {
+    if (m <= kt.bf16_in_place_max_rows && !b.transposed && b.K % 2 == 0 && kt.mr <= kTileRows)
+        return gemm_bf16_in_place(kt, a16, lda, m, b, n, c, ldc);
     const PackBlock blk = pack_block(b.transposed, kt.mr);
     for (int64_t n0 = 0; n0 < n; n0 += blk.nc)
         gemm_bf16(kt, a16, lda, m, b.from_row(n0), n - n0 < blk.nc ? n - n0 : blk.nc, blk.kc, c + n0, ldc);

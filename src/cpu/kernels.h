@@ -102,6 +102,10 @@ struct KernelTable {
     // take the packed vdpbf16ps tile rather than the streaming GEMV; 0: only past stream_max_rows
     // (MOEX_CPU_BF16_TILE_FROM_ROWS sets it for tuning).
     int64_t tile_bf16_from_rows;
+    // Tables with micro_bf16: bf16 x bf16 tasks of at most this many rows run the tile the other way round, B's rows
+    // read in place as its broadcast operand and A's rows packed (gemm.cpp gemm_bf16_in_place); 0: never
+    // (MOEX_CPU_BF16_IN_PLACE_MAX_ROWS sets it for tuning).
+    int64_t bf16_in_place_max_rows;
 };
 
 // The k block of gemm_quant's and stream_quant's promotion for quantized B against rows scaled per `row_group` k values

@@ -157,10 +157,10 @@ const KernelTable* avx512_kernels() {
 
 namespace {
 
-// A hand-over row count for tuning: the variable's positive value, else `fallback`.
-int64_t rows_from_env(const char* name, int64_t fallback) {
+// A hand-over row count for tuning: the variable's value from `least` up, else `fallback`.
+int64_t rows_from_env(const char* name, int64_t fallback, int64_t least = 1) {
     const char* env = std::getenv(name);
-    return env != nullptr && std::atoll(env) > 0 ? std::atoll(env) : fallback;
+    return env != nullptr && *env != '\0' && std::atoll(env) >= least ? std::atoll(env) : fallback;
 }
 
 }  // namespace
@@ -177,6 +177,7 @@ const KernelTable* avx512_bf16_kernels() {
         if (vdpbf16ps_at_fma_rate()) {  // the FP8 decode GEMV for a few rows too; bf16 tasks leave the GEMV sooner;
             t.stream_quant_rows = stream_max_rows(false);  // quantized prefill on the vdpbf16ps tile
             t.tile_bf16_from_rows = rows_from_env("MOEX_CPU_BF16_TILE_FROM_ROWS", kBf16TileFromRows);
+            t.bf16_in_place_max_rows = rows_from_env("MOEX_CPU_BF16_IN_PLACE_MAX_ROWS", kBf16InPlaceMaxRows, 0);
             t.gemm_quant = gemm_quant_bf16_avx512;
             t.gemm_quant_from_rows = rows_from_env("MOEX_CPU_BF16_QUANT_FROM_ROWS", kBf16QuantFromRows);
         }
@@ -222,7 +223,8 @@ const KernelTable* amx_kernels() {
 
 // vdpbf16ps (32 bf16 products a zmm) against vfmadd231ps (16 f32 ones): on the 2-core Xeon with AVX-512 BF16 of
 // bench/RESULTS.md M it issues 1.3 G/s against 5.2 G/s (its pairs give half the f32 tile's products per second); on
-// the Zen 4 EPYC of RESULTS AQ the vdpbf16ps tile runs bf16 prefill 1.6-2.3x faster than the f32 tile. By vendor, not
+// the Zen 4 EPYC of RESULTS AQ the vdpbf16ps tile runs bf16 prefill 1.6-2.3x faster than the f32 tile; on the Zen 5
+// EPYC of RESULTS AR2 both issue about two zmm a cycle. By vendor, not
 // by a timing at start-up, so that a process's bits never depend on how loaded the machine was when it started.
 bool vdpbf16ps_at_fma_rate() {
 #if defined(__x86_64__) || defined(__i386__)

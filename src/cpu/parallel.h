@@ -37,11 +37,11 @@ class FloatBuffer {
 };
 
 // Per-thread scratch: `slot` 0..7 are independent buffers (0 B panels, or A's rows packed for the AMX weight tiles or
-// for the vdpbf16ps quantized GEMM, 1 up tile, 2-3 gate epilogue, 4-5 dequantized weights of quantized experts (on
-// AMX: 4 the weight tiles' partial sums; 5 the quantized GEMMs' decoded weight rows, AMX's or vdpbf16ps's; 4
-// stream_quant's permuted rows), 6 A rows as bf16 (the bf16 tile, a call's own rows for AMX or stream_quant), scaled
-// for the AVX2 FP8 GEMV or as the AVX2 FP4 GEMV's int16 planes, 7 group scales of the AVX2 and AVX-512 quantized
-// GEMVs or the quantized GEMMs' weight scales).
+// for the vdpbf16ps quantized GEMM and the bf16 tile in place, 1 up tile, 2-3 gate epilogue, 4-5 dequantized weights of
+// quantized experts (on AMX: 4 the weight tiles' partial sums; 5 the quantized GEMMs' decoded weight rows, AMX's or
+// vdpbf16ps's; 4 stream_quant's permuted rows), 6 A rows as bf16 (the bf16 tile, a call's own rows for AMX or
+// stream_quant), scaled for the AVX2 FP8 GEMV or as the AVX2 FP4 GEMV's int16 planes, 7 group scales of the AVX2 and
+// AVX-512 quantized GEMVs or the quantized GEMMs' weight scales).
 float* thread_scratch(int slot, int64_t n);
 
 }  // namespace moex::cpu
