@@ -99,7 +99,7 @@ struct KernelTable {
     // Tables with gemm_quant: quantized tasks of at least this many rows take it (MOEX_CPU_AMX_QUANT_FROM_ROWS).
     int64_t gemm_quant_from_rows;
     // Tables with micro_bf16: bf16 x bf16 tasks (rows layout, not batched_mm's lone GEMVs) of at least this many rows
-    // take the packed vdpbf16ps tile rather than the streaming GEMV; 0: only past stream_max_rows
+    // take the vdpbf16ps tile (in place or packed) rather than the streaming GEMV; 0: only past stream_max_rows
     // (MOEX_CPU_BF16_TILE_FROM_ROWS sets it for tuning).
     int64_t tile_bf16_from_rows;
     // Tables with micro_bf16: bf16 x bf16 tasks of at most this many rows run the tile the other way round, B's rows

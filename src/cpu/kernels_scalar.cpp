@@ -224,8 +224,8 @@ const KernelTable* amx_kernels() {
 // vdpbf16ps (32 bf16 products a zmm) against vfmadd231ps (16 f32 ones): on the 2-core Xeon with AVX-512 BF16 of
 // bench/RESULTS.md M it issues 1.3 G/s against 5.2 G/s (its pairs give half the f32 tile's products per second); on
 // the Zen 4 EPYC of RESULTS AQ the vdpbf16ps tile runs bf16 prefill 1.6-2.3x faster than the f32 tile; on the Zen 5
-// EPYC of RESULTS AR2 both issue about two zmm a cycle. By vendor, not
-// by a timing at start-up, so that a process's bits never depend on how loaded the machine was when it started.
+// EPYC of RESULTS AR2 both issue about two zmm a cycle. By vendor, not by a timing at start-up, so that a process's
+// bits never depend on how loaded the machine was when it started.
 bool vdpbf16ps_at_fma_rate() {
 #if defined(__x86_64__) || defined(__i386__)
     static const bool amd = __builtin_cpu_is("amd") && __builtin_cpu_supports("avx512bf16");
